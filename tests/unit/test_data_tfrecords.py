@@ -111,8 +111,12 @@ def test_split_is_stratified_and_deterministic(image_tree):
 
 
 def test_read_image_folder_skips_unreadable(image_tree):
-    ds = read_image_folder(str(image_tree), 20)
+    ds, classes = read_image_folder(str(image_tree), 20)
+    assert classes == sorted(CLASSES)
     assert _count(ds) == 3 * PER_CLASS
+    val, _ = read_image_folder(str(image_tree), 20, split="val", val_split=0.2, seed=0)
+    _, files = list_image_folder(str(image_tree))
+    assert _count(val) == sum(1 for f in split_files(files, 0.2, 0)[1] if f.relpath not in BAD)
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,13 @@ CLI stays quick to start.
 
 from __future__ import annotations
 
-from multiworker.data.images import ImageFile, list_image_folder, read_image_folder, split_files
+from multiworker.data.images import (
+    ImageFile,
+    files_dataset,
+    list_image_folder,
+    read_image_folder,
+    split_files,
+)
 from multiworker.data.tfrecords import (
     MANIFEST_NAME,
     ConversionResult,
@@ -20,6 +26,7 @@ __all__ = [
     "MANIFEST_NAME",
     "ConversionResult",
     "ImageFile",
+    "files_dataset",
     "images_to_tfrecords",
     "list_image_folder",
     "load_manifest",

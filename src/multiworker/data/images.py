@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from multiworker.errors import UserError
 
-__all__ = ["ImageFile", "list_image_folder", "split_files", "read_image_folder"]
+__all__ = ["ImageFile", "list_image_folder", "split_files", "files_dataset", "read_image_folder"]
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ def split_files(
     return train, val
 
 
-def read_image_folder(src: str, size: int, *, classes: list[str] | None = None):
+def files_dataset(files: list[ImageFile], size: int):
     """A ``tf.data.Dataset`` of ``(image float32 [size, size, 3] in [0, 1], label int64)``.
 
     Decodes and resizes every file on every pass (what TFRecords avoid); files that do not
@@ -108,17 +108,28 @@ def read_image_folder(src: str, size: int, *, classes: list[str] | None = None):
     """
     import tensorflow as tf
 
-    found, files = list_image_folder(src)
-    if classes is not None and list(classes) != found:
-        raise UserError(f"{src}: class folders {found} differ from the expected {list(classes)}")
-    paths = [f.path for f in files]
-    labels = [f.label for f in files]
-
     def load(path, label):
         image = tf.io.decode_image(tf.io.read_file(path), channels=3, expand_animations=False)
         image = tf.image.resize(image, (size, size)) / 255.0
         return image, tf.cast(label, tf.int64)
 
-    ds = tf.data.Dataset.from_tensor_slices((paths, labels))
+    ds = tf.data.Dataset.from_tensor_slices(([f.path for f in files], [f.label for f in files]))
     ds = ds.map(load, num_parallel_calls=tf.data.AUTOTUNE)
     return ds.ignore_errors(log_warning=True)
+
+
+def read_image_folder(
+    src: str, size: int, *, split: str | None = None, val_split: float = 0.2, seed: int = 0
+):
+    """(dataset of ``(image, label)``, class names) for a class-folder tree.
+
+    ``split`` "train" or "val" selects the files :func:`split_files` puts there (the split
+    ``multiworker data tfrecords`` makes with the same ``val_split`` and ``seed``); None: all.
+    """
+    classes, files = list_image_folder(src)
+    if split is not None:
+        if split not in ("train", "val"):
+            raise UserError(f"split is {split!r}; use 'train' or 'val'")
+        train, val = split_files(files, val_split, seed)
+        files = train if split == "train" else val
+    return files_dataset(files, size), classes
