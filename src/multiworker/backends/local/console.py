@@ -1,0 +1,76 @@
+"""The live console of a foreground run: ``[worker-1]`` prefixed lines, a progress line per epoch,
+events, and the final summary."""
+
+from __future__ import annotations
+
+import sys
+
+from rich.console import Console
+from rich.markup import escape
+
+from multiworker.backends.local.observer import Observer
+
+__all__ = ["ConsoleObserver", "format_progress"]
+
+_COLORS = {"chief": "magenta", "worker": "cyan", "ps": "yellow", "evaluator": "green"}
+_SKIP_KEYS = {"kind", "epoch", "epochs", "step", "steps", "seconds", "images_per_sec", "time"}
+
+
+def format_progress(metric: dict) -> str:
+    """'epoch 2/5  loss 0.1234  accuracy 0.9812  1,234 images/s' from an epoch metric."""
+    parts = []
+    if metric.get("epoch") is not None:
+        total = f"/{metric['epochs']}" if metric.get("epochs") else ""
+        parts.append(f"epoch {metric['epoch']}{total}")
+    for key, value in metric.items():
+        if key in _SKIP_KEYS or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        parts.append(f"{key} {value:.4g}")
+    if metric.get("images_per_sec"):
+        parts.append(f"{metric['images_per_sec']:,.0f} images/s")
+    return "  ".join(parts)
+
+
+class ConsoleObserver(Observer):
+    """Prints to the terminal; ``quiet`` hides the replicas' own output."""
+
+    def __init__(self, *, quiet: bool = False, console: Console | None = None):
+        self.quiet = quiet
+        self.console = console or Console(stderr=False, highlight=False, soft_wrap=True)
+
+    def _prefix(self, replica: str) -> str:
+        color = _COLORS.get(replica.rsplit("-", 1)[0], "white")
+        return f"[{color}]\\[{replica}][/{color}]"
+
+    def on_line(self, replica: str, line: str) -> None:
+        if not self.quiet:
+            self.console.print(f"{self._prefix(replica)} {escape(line)}")
+
+    def on_metric(self, replica: str, metric: dict, *, primary: bool) -> None:
+        kind = metric.get("kind")
+        if kind == "epoch" and primary:
+            self.console.print(f"[bold]{self._prefix(replica)} {escape(format_progress(metric))}[/bold]")
+        elif kind in ("eval", "final"):
+            fields = {k: v for k, v in metric.items() if k != "kind"}
+            text = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fields.items())
+            self.console.print(f"[bold]{self._prefix(replica)} {kind}: {escape(text)}[/bold]")
+
+    def on_event(self, reason: str, message: str, *, replica: str | None, warning: bool) -> None:
+        if reason in ("Started", "ExitedWithCode") and not warning and self.quiet:
+            return
+        if reason in ("Succeeded", "Failed", "Cancelled", "DeadlineExceeded"):
+            return  # on_finish prints the end
+        style = "yellow" if warning else "dim"
+        who = f"{replica}: " if replica else ""
+        first, *rest = message.splitlines() or [""]
+        self.console.print(f"[{style}]» {reason} {escape(who + first)}[/{style}]")
+        for line in rest:
+            self.console.print(f"[{style}]  {escape(line)}[/{style}]")
+
+    def on_finish(self, state: str, message: str) -> None:
+        style = {"Succeeded": "bold green", "Cancelled": "bold yellow"}.get(state, "bold red")
+        first, *rest = message.splitlines() or [""]
+        self.console.print(f"[{style}]{state}[/{style}]: {escape(first)}")
+        for line in rest:
+            self.console.print(escape(line))
+        sys.stdout.flush()

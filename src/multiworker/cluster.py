@@ -1,0 +1,148 @@
+"""Topology -> the environment each replica gets, as TFJob and Vertex AI give it (pure functions).
+
+TF_CONFIG follows Kubeflow TFJob and Vertex: ``cluster`` (evaluator left out, as Vertex and AI
+Platform do), ``task`` {type, index} and ``environment: cloud``. CLUSTER_SPEC is Vertex's
+workerpool form. AIP_* directories live under the job's output directory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Mapping
+
+from multiworker.spec.model import ROLES, JobSpec
+
+__all__ = [
+    "ReplicaId",
+    "replica_ids",
+    "primary_replica",
+    "cluster_map",
+    "tf_config",
+    "cluster_spec",
+    "thread_budget",
+    "replica_env",
+    "VERTEX_POOL_OF_ROLE",
+]
+
+# Vertex worker pool position by role.
+VERTEX_POOL_OF_ROLE = {"chief": 0, "worker": 1, "ps": 2, "evaluator": 3}
+# Roles that join the TensorFlow cluster (the evaluator stays outside it).
+CLUSTER_ROLES = ("chief", "worker", "ps")
+
+
+@dataclasses.dataclass(frozen=True, order=True)
+class ReplicaId:
+    """One replica of a pool: ``worker-1`` is ReplicaId("worker", 1)."""
+
+    role: str
+    index: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.role}-{self.index}"
+
+    def __str__(self) -> str:
+        return self.name
+
+    @classmethod
+    def parse(cls, text: str) -> "ReplicaId":
+        role, sep, index = text.strip().rpartition("-")
+        if not sep or role not in ROLES or not index.isdigit():
+            raise ValueError(f"{text!r} is not a replica name; write it like worker-1 or chief-0")
+        return cls(role, int(index))
+
+
+def replica_ids(spec: JobSpec) -> list[ReplicaId]:
+    """All replicas in TensorFlow's order: chief, workers, ps, evaluator."""
+    return [ReplicaId(role, i) for role, n in spec.replica_counts().items() for i in range(n)]
+
+
+def primary_replica(spec: JobSpec) -> ReplicaId:
+    """The replica whose success decides the job: the chief, or worker 0 without one."""
+    return ReplicaId("chief", 0) if spec.replica_counts().get("chief") else ReplicaId("worker", 0)
+
+
+def cluster_map(spec: JobSpec, ports: Mapping[ReplicaId, int], host: str = "127.0.0.1") -> dict[str, list[str]]:
+    """TF_CONFIG's ``cluster``: addresses of chief, worker and ps tasks (never the evaluator)."""
+    counts = spec.replica_counts()
+    out: dict[str, list[str]] = {}
+    for role in CLUSTER_ROLES:
+        if counts.get(role):
+            key = spec.chief_task_type if role == "chief" else role
+            out[key] = [f"{host}:{ports[ReplicaId(role, i)]}" for i in range(counts[role])]
+    return out
+
+
+def tf_config(spec: JobSpec, replica: ReplicaId, cluster: Mapping[str, list[str]]) -> dict | None:
+    """TF_CONFIG for one replica; None for a single-replica job, as under TFJob."""
+    if spec.total_replicas <= 1:
+        return None
+    task_type = spec.chief_task_type if replica.role == "chief" else replica.role
+    return {"cluster": dict(cluster), "task": {"type": task_type, "index": replica.index}, "environment": "cloud"}
+
+
+def cluster_spec(spec: JobSpec, replica: ReplicaId, ports: Mapping[ReplicaId, int], host: str = "127.0.0.1") -> dict:
+    """Vertex AI's CLUSTER_SPEC: pools by position (without a chief, worker 0 is workerpool0)."""
+    counts = spec.replica_counts()
+    pools: dict[str, list[str]] = {}
+    position: dict[ReplicaId, tuple[str, int]] = {}
+    for rid in replica_ids(spec):
+        pool = VERTEX_POOL_OF_ROLE[rid.role]
+        if not counts.get("chief") and rid.role == "worker":
+            pool = 0 if rid.index == 0 else 1
+        name = f"workerpool{pool}"
+        addresses = pools.setdefault(name, [])
+        position[rid] = (name, len(addresses))
+        addresses.append(f"{host}:{ports[rid]}")
+    name, index = position[replica]
+    return {"cluster": dict(sorted(pools.items())), "environment": "cloud", "task": {"type": name, "index": index}}
+
+
+def thread_budget(spec: JobSpec, cores: int | None = None) -> int:
+    """CPU threads per replica so N replicas on C cores do not oversubscribe them."""
+    if spec.threads_per_replica:
+        return spec.threads_per_replica
+    cores = cores or os.cpu_count() or 1
+    return max(1, cores // max(1, spec.total_replicas))
+
+
+def replica_env(
+    spec: JobSpec,
+    replica: ReplicaId,
+    ports: Mapping[ReplicaId, int],
+    *,
+    job_id: str,
+    attempt: int,
+    output_dir: str,
+    cores: int | None = None,
+    host: str = "127.0.0.1",
+) -> dict[str, str]:
+    """The variables multiworker adds to one replica's environment (the spec's own env wins)."""
+    env: dict[str, str] = {}
+    config = tf_config(spec, replica, cluster_map(spec, ports, host))
+    if config is not None:
+        env["TF_CONFIG"] = json.dumps(config)
+        env["CLUSTER_SPEC"] = json.dumps(cluster_spec(spec, replica, ports, host))
+    out = output_dir.rstrip("/")
+    env.update(
+        AIP_MODEL_DIR=f"{out}/model",
+        AIP_CHECKPOINT_DIR=f"{out}/checkpoints",
+        AIP_TENSORBOARD_LOG_DIR=f"{out}/logs",
+        MULTIWORKER_OUTPUT_DIR=out,
+        MULTIWORKER_JOB_ID=job_id,
+        MULTIWORKER_ATTEMPT=str(attempt),
+        MULTIWORKER_REPLICA=replica.name,
+        TF_USE_LEGACY_KERAS="1",
+        PYTHONUNBUFFERED="1",
+    )
+    threads = thread_budget(spec, cores)
+    env.update(
+        MULTIWORKER_THREADS=str(threads),
+        TF_NUM_INTRAOP_THREADS=str(threads),
+        TF_NUM_INTEROP_THREADS=str(min(2, threads)),
+        OMP_NUM_THREADS=str(threads),
+    )
+    env.update(spec.resolved(replica.role).env or {})
+    return env

@@ -1,0 +1,254 @@
+"""Job records in SQLite (WAL) under MULTIWORKER_HOME: jobs, replicas, attempts, events,
+per-epoch metrics and resource samples.
+
+The supervisor is the only writer of a job's rows while it runs; any other process may read.
+``PRAGMA user_version`` holds the schema version; :data:`MIGRATIONS` bring older stores forward.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from multiworker.errors import JobNotFound
+
+__all__ = ["home_dir", "Store", "SCHEMA_VERSION", "MIGRATIONS", "JOB_STATES", "TERMINAL_STATES", "new_job_id"]
+
+JOB_STATES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Cancelled", "Lost")
+TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled", "Lost"})
+MAX_SAMPLES_PER_JOB = 20_000
+
+_V1 = """
+CREATE TABLE jobs (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, state TEXT NOT NULL, backend TEXT NOT NULL DEFAULT 'local',
+  format TEXT, spec_path TEXT, base_dir TEXT, spec_json TEXT NOT NULL, output_dir TEXT, job_dir TEXT,
+  created_at REAL NOT NULL, started_at REAL, finished_at REAL, restarts INTEGER NOT NULL DEFAULT 0,
+  supervisor_pid INTEGER, message TEXT, options_json TEXT
+);
+CREATE TABLE replicas (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, role TEXT NOT NULL, idx INTEGER NOT NULL,
+  state TEXT NOT NULL, pid INTEGER, port INTEGER, exit_code INTEGER, attempt INTEGER NOT NULL DEFAULT 0,
+  started_at REAL, finished_at REAL, log_path TEXT,
+  PRIMARY KEY (job_id, role, idx)
+);
+CREATE TABLE attempts (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, n INTEGER NOT NULL,
+  started_at REAL NOT NULL, finished_at REAL, outcome TEXT, PRIMARY KEY (job_id, n)
+);
+CREATE TABLE events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  ts REAL NOT NULL, type TEXT NOT NULL, reason TEXT NOT NULL, replica TEXT, message TEXT
+);
+CREATE INDEX events_job ON events(job_id, id);
+"""
+
+_V2 = """
+ALTER TABLE jobs ADD COLUMN heartbeat_at REAL;
+CREATE TABLE metrics (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  attempt INTEGER NOT NULL, replica TEXT NOT NULL, ts REAL NOT NULL, kind TEXT NOT NULL,
+  epoch INTEGER, step INTEGER, data TEXT NOT NULL
+);
+CREATE INDEX metrics_job ON metrics(job_id, kind, id);
+CREATE TABLE samples (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE,
+  ts REAL NOT NULL, replica TEXT NOT NULL, cpu_percent REAL, rss_bytes INTEGER
+);
+CREATE INDEX samples_job ON samples(job_id, id);
+"""
+
+# MIGRATIONS[i] brings a store from version i to version i+1.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def home_dir() -> Path:
+    """MULTIWORKER_HOME, default ~/.multiworker."""
+    return Path(os.environ.get("MULTIWORKER_HOME") or Path.home() / ".multiworker").expanduser()
+
+
+def new_job_id() -> str:
+    """Eight hex digits, docker-style, so a short unique prefix is easy to type."""
+    return os.urandom(4).hex()
+
+
+class Store:
+    """A handle on the job database. Cheap to open; one per process or thread."""
+
+    def __init__(self, home: Path | str | None = None, *, migrate_to: int = SCHEMA_VERSION):
+        self.home = Path(home) if home else home_dir()
+        self.home.mkdir(parents=True, exist_ok=True)
+        self.path = self.home / "jobs.db"
+        self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self._conn.row_factory = sqlite3.Row
+        self._conn.execute("PRAGMA journal_mode=WAL")
+        self._conn.execute("PRAGMA foreign_keys=ON")
+        self._conn.execute("PRAGMA busy_timeout=30000")
+        self._migrate(migrate_to)
+
+    # -- plumbing --------------------------------------------------------------------
+    def _migrate(self, target: int) -> None:
+        version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise JobNotFound(
+                f"{self.path}: store schema version {version} is newer than this multiworker ({SCHEMA_VERSION}); upgrade multiworker"
+            )
+        if version >= target:
+            return
+        with self.transaction():
+            version = self._conn.execute("PRAGMA user_version").fetchone()[0]
+            for n in range(version, target):
+                for statement in filter(str.strip, MIGRATIONS[n].split(";")):
+                    self._conn.execute(statement)
+                self._conn.execute(f"PRAGMA user_version={n + 1}")
+
+    @contextmanager
+    def transaction(self) -> Iterator[sqlite3.Connection]:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self._conn
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self._conn.close()
+
+    @property
+    def schema_version(self) -> int:
+        return self._conn.execute("PRAGMA user_version").fetchone()[0]
+
+    def _one(self, sql: str, *args: Any) -> dict | None:
+        row = self._conn.execute(sql, args).fetchone()
+        return dict(row) if row else None
+
+    def _all(self, sql: str, *args: Any) -> list[dict]:
+        return [dict(r) for r in self._conn.execute(sql, args).fetchall()]
+
+    # -- jobs ------------------------------------------------------------------------
+    def create_job(self, *, job_id: str, name: str, spec_json: str, **fields: Any) -> dict:
+        now = time.time()
+        cols = {"id": job_id, "name": name, "state": "Pending", "spec_json": spec_json, "created_at": now, **fields}
+        self._conn.execute(
+            f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", tuple(cols.values())
+        )
+        self.add_event(job_id, "Created", f"job {name} created")
+        return self.get_job(job_id)
+
+    def update_job(self, job_id: str, **fields: Any) -> None:
+        if fields:
+            sets = ", ".join(f"{k} = ?" for k in fields)
+            self._conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+
+    def get_job(self, job_id: str) -> dict:
+        job = self._one("SELECT * FROM jobs WHERE id = ?", job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id!r}; `multiworker list` shows the jobs")
+        return job
+
+    def list_jobs(self, limit: int | None = None) -> list[dict]:
+        sql = "SELECT * FROM jobs ORDER BY created_at DESC"
+        return self._all(sql + (f" LIMIT {int(limit)}" if limit else ""))
+
+    def resolve(self, ref: str) -> str:
+        """A job id from a full id, a unique prefix, or ``last``."""
+        ref = (ref or "").strip()
+        if ref in ("last", "latest", ""):
+            row = self._one("SELECT id FROM jobs ORDER BY created_at DESC LIMIT 1")
+            if row is None:
+                raise JobNotFound("there are no jobs yet; start one with `multiworker run job.yaml`")
+            return row["id"]
+        rows = self._all("SELECT id FROM jobs WHERE id = ? OR id LIKE ? ESCAPE '\\' ORDER BY created_at", ref,
+                         ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        exact = [r["id"] for r in rows if r["id"] == ref]
+        if exact:
+            return exact[0]
+        if not rows:
+            raise JobNotFound(f"no job matches {ref!r}; `multiworker list` shows the jobs")
+        if len(rows) > 1:
+            ids = ", ".join(r["id"] for r in rows[:5])
+            raise JobNotFound(f"{ref!r} matches {len(rows)} jobs ({ids}); give more of the id")
+        return rows[0]["id"]
+
+    def delete_job(self, job_id: str) -> None:
+        with self.transaction() as conn:
+            for table in ("samples", "metrics", "events", "attempts", "replicas"):
+                conn.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
+            conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
+
+    # -- replicas and attempts ---------------------------------------------------------
+    def upsert_replica(self, job_id: str, role: str, index: int, **fields: Any) -> None:
+        cols = {"job_id": job_id, "role": role, "idx": index, "state": fields.pop("state", "Pending"), **fields}
+        updates = ", ".join(f"{k} = excluded.{k}" for k in cols if k not in ("job_id", "role", "idx"))
+        self._conn.execute(
+            f"INSERT INTO replicas ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "
+            f"ON CONFLICT(job_id, role, idx) DO UPDATE SET {updates}",
+            tuple(cols.values()),
+        )
+
+    def replicas(self, job_id: str) -> list[dict]:
+        order = "CASE role WHEN 'chief' THEN 0 WHEN 'worker' THEN 1 WHEN 'ps' THEN 2 ELSE 3 END, idx"
+        return self._all(f"SELECT * FROM replicas WHERE job_id = ? ORDER BY {order}", job_id)
+
+    def start_attempt(self, job_id: str, n: int) -> None:
+        self._conn.execute(
+            "INSERT OR REPLACE INTO attempts (job_id, n, started_at) VALUES (?, ?, ?)", (job_id, n, time.time())
+        )
+
+    def end_attempt(self, job_id: str, n: int, outcome: str) -> None:
+        self._conn.execute(
+            "UPDATE attempts SET finished_at = ?, outcome = ? WHERE job_id = ? AND n = ?", (time.time(), outcome, job_id, n)
+        )
+
+    def attempts(self, job_id: str) -> list[dict]:
+        return self._all("SELECT * FROM attempts WHERE job_id = ? ORDER BY n", job_id)
+
+    # -- events, metrics, samples ------------------------------------------------------
+    def add_event(self, job_id: str, reason: str, message: str = "", *, replica: str | None = None,
+                  warning: bool = False) -> None:
+        self._conn.execute(
+            "INSERT INTO events (job_id, ts, type, reason, replica, message) VALUES (?, ?, ?, ?, ?, ?)",
+            (job_id, time.time(), "Warning" if warning else "Normal", reason, replica, message),
+        )
+
+    def events(self, job_id: str, after_id: int = 0) -> list[dict]:
+        return self._all("SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id", job_id, after_id)
+
+    def add_metric(self, job_id: str, attempt: int, replica: str, data: dict) -> None:
+        self._conn.execute(
+            "INSERT INTO metrics (job_id, attempt, replica, ts, kind, epoch, step, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (job_id, attempt, replica, time.time(), data.get("kind", "epoch"), data.get("epoch"), data.get("step"),
+             json.dumps(data)),
+        )
+
+    def metrics(self, job_id: str, kind: str | None = None) -> list[dict]:
+        sql = "SELECT * FROM metrics WHERE job_id = ?" + (" AND kind = ?" if kind else "") + " ORDER BY id"
+        rows = self._all(sql, job_id, *([kind] if kind else []))
+        for row in rows:
+            row["data"] = json.loads(row["data"])
+        return rows
+
+    def add_samples(self, job_id: str, samples: list[tuple[str, float, int]]) -> None:
+        """Record (replica, cpu_percent, rss_bytes) taken now; thin the oldest half past the cap."""
+        now = time.time()
+        with self.transaction() as conn:
+            conn.executemany(
+                "INSERT INTO samples (job_id, ts, replica, cpu_percent, rss_bytes) VALUES (?, ?, ?, ?, ?)",
+                [(job_id, now, r, cpu, rss) for r, cpu, rss in samples],
+            )
+            count = conn.execute("SELECT COUNT(*) FROM samples WHERE job_id = ?", (job_id,)).fetchone()[0]
+            if count > MAX_SAMPLES_PER_JOB:
+                cutoff = conn.execute(
+                    "SELECT id FROM samples WHERE job_id = ? ORDER BY id LIMIT 1 OFFSET ?", (job_id, count // 2)
+                ).fetchone()[0]
+                conn.execute("DELETE FROM samples WHERE job_id = ? AND id < ? AND id % 2 = 0", (job_id, cutoff))
+
+    def samples(self, job_id: str) -> list[dict]:
+        return self._all("SELECT ts, replica, cpu_percent, rss_bytes FROM samples WHERE job_id = ? ORDER BY id", job_id)
