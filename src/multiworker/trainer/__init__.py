@@ -1,0 +1,68 @@
+"""The library a trainer imports inside each replica: role, strategy, callbacks, saving, evaluation.
+
+It reads only the environment the cloud gives replicas (TF_CONFIG, AIP_*, and the optional
+MULTIWORKER_* variables), so a trainer written against it runs unchanged under
+``multiworker run``, Kubeflow TFJob and Vertex AI. TensorFlow is imported when first needed.
+
+A trainer, in full::
+
+    from multiworker import trainer
+
+    strategy = trainer.strategy()             # ps / PSS workers serve here and never return
+    with strategy.scope():
+        model = build_and_compile()
+    trainer.fit(model, train_ds, epochs=5, global_batch_size=gbs, eval_data=test_ds)
+    trainer.save_model(model)                 # every replica calls it; the chief writes
+    trainer.write_metrics_json({"test_accuracy": acc})
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multiworker.trainer.callbacks import callbacks
+from multiworker.trainer.context import Context, context
+from multiworker.trainer.evaluator import run_evaluator
+from multiworker.trainer.fit import fit
+from multiworker.trainer.markers import done_marker_path, mark_training_done, training_done
+from multiworker.trainer.report import emit
+from multiworker.trainer.saving import save_model, write_metrics_json
+from multiworker.trainer.strategy import (
+    cluster_coordinator,
+    configure_threads,
+    fit_kwargs,
+    serve_if_needed,
+    strategy,
+)
+
+__all__ = [
+    "Context",
+    "EpochCheckpoint",
+    "MetricsReporter",
+    "callbacks",
+    "cluster_coordinator",
+    "configure_threads",
+    "context",
+    "done_marker_path",
+    "emit",
+    "fit",
+    "fit_kwargs",
+    "mark_training_done",
+    "run_evaluator",
+    "save_model",
+    "serve_if_needed",
+    "strategy",
+    "training_done",
+    "write_metrics_json",
+]
+
+_KERAS_CLASSES = ("EpochCheckpoint", "MetricsReporter")
+
+
+def __getattr__(name: str) -> Any:
+    """Keras callback classes, imported (with tf_keras) only when asked for."""
+    if name in _KERAS_CLASSES:
+        from multiworker.trainer import _keras_callbacks
+
+        return getattr(_keras_callbacks, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,108 @@
+"""Keras callbacks of the trainer library (imports tf_keras; loaded lazily by the package)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import time
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+from multiworker.trainer.report import emit
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["EpochCheckpoint", "MetricsReporter"]
+
+
+class MetricsReporter(keras.callbacks.Callback):
+    """Emit ``progress`` lines (at most every ``interval`` seconds) and one ``epoch`` line per epoch.
+
+    images_per_sec is ``global_batch_size * steps run / epoch seconds``; it is left out when
+    the global batch size is not given.
+    """
+
+    def __init__(self, global_batch_size: int | None = None, *, interval: float = 2.0):
+        super().__init__()
+        self.global_batch_size = global_batch_size
+        self.interval = interval
+        self._supports_tf_logs = True  # batch hooks never force a device sync
+        self._epochs: int | None = None
+        self._steps: int | None = None
+        self._epoch = 0
+        self._batches = 0
+        self._epoch_start = 0.0
+        self._last_progress = 0.0
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        self._epochs = self.params.get("epochs")
+        self._steps = self.params.get("steps")
+
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        self._epoch = epoch
+        self._batches = 0
+        self._epoch_start = self._last_progress = time.monotonic()
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._batches = batch + 1
+        now = time.monotonic()
+        if now - self._last_progress >= self.interval:
+            self._last_progress = now
+            emit("progress", epoch=self._epoch + 1, epochs=self._epochs,
+                 step=self._batches, steps=self._steps)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        seconds = time.monotonic() - self._epoch_start
+        fields = {k: _scalar(v) for k, v in (logs or {}).items()}
+        if self.global_batch_size and seconds > 0:
+            fields["images_per_sec"] = round(self.global_batch_size * self._batches / seconds, 1)
+        emit("epoch", **fields, epoch=epoch + 1, epochs=self._epochs, steps=self._batches,
+             seconds=round(seconds, 3))
+
+
+def _scalar(value: Any) -> Any:
+    if hasattr(value, "numpy"):
+        value = value.numpy()
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return value
+
+
+class EpochCheckpoint(keras.callbacks.Callback):
+    """Save ``tf.train.Checkpoint(model=model)`` as ``<directory>/ckpt-<epoch>`` after each epoch.
+
+    These are the checkpoints an evaluator replica watches (BackupAndRestore deletes its own at
+    the end). Every worker saves, since saving may need all of them under
+    MultiWorkerMirroredStrategy, but only the chief into ``directory``; the others write into
+    a temporary directory removed at the end. The newest ``max_to_keep`` are kept.
+    """
+
+    def __init__(self, directory: str, *, is_chief: bool, max_to_keep: int = 3):
+        super().__init__()
+        self.directory = directory
+        self.is_chief = is_chief
+        self.max_to_keep = max_to_keep
+        self._manager: tf.train.CheckpointManager | None = None
+        self._scratch: str | None = None
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        target = self.directory
+        if not self.is_chief:
+            self._scratch = target = tempfile.mkdtemp(prefix="multiworker-ckpt-")
+        self._manager = tf.train.CheckpointManager(
+            tf.train.Checkpoint(model=self.model), target, max_to_keep=self.max_to_keep)
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        path = self._manager.save(checkpoint_number=epoch + 1)
+        if self.is_chief:
+            logger.info("saved checkpoint %s", path)
+
+    def on_train_end(self, logs: Any = None) -> None:
+        if self._scratch and os.path.isdir(self._scratch):
+            shutil.rmtree(self._scratch, ignore_errors=True)
+        self._scratch = None

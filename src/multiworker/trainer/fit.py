@@ -1,0 +1,60 @@
+"""``fit``: model.fit for whatever role this replica has, so pools are configuration, not code."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Any
+
+from multiworker.trainer.callbacks import callbacks as default_callbacks
+from multiworker.trainer.context import Context, context
+from multiworker.trainer.markers import mark_training_done
+from multiworker.trainer.strategy import fit_kwargs, serve_if_needed
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["fit"]
+
+
+def fit(
+    model: Any,
+    data: Any,
+    *,
+    epochs: int,
+    global_batch_size: int | None = None,
+    steps_per_epoch: int | None = None,
+    eval_data: Any = None,
+    eval_steps: int | None = None,
+    callbacks: list[Any] | None = None,
+    ctx: Context | None = None,
+    verbose: int | str | None = None,
+    **kwargs: Any,
+) -> Any:
+    """Train ``model`` on ``data`` with the library's callbacks, then mark training done.
+
+    - chief and workers: ``model.fit`` (see :func:`fit_kwargs` for ``data``) with
+      :func:`callbacks` plus ``callbacks``; returns the History;
+    - evaluator: evaluates every checkpoint on ``eval_data`` until training is done, then
+      exits the process with status 0 (the code after ``fit`` is the training replicas');
+    - ps, and workers under ParameterServerStrategy: serve and exit (normally already done by
+      :func:`strategy`).
+
+    Extra keyword arguments go to ``model.fit``.
+    """
+    ctx = ctx or context()
+    if ctx.is_evaluator:
+        from multiworker.trainer.evaluator import run_evaluator
+
+        if eval_data is None:
+            raise ValueError("this replica is an evaluator: pass eval_data=<dataset> to fit()")
+        run_evaluator(model, eval_data, steps=eval_steps, ctx=ctx)
+        logger.info("evaluator done")
+        sys.exit(0)
+    serve_if_needed(ctx)
+    if verbose is None:
+        verbose = 2 if ctx.is_chief else 0
+    all_callbacks = default_callbacks(global_batch_size, ctx=ctx) + list(callbacks or [])
+    history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
+                        callbacks=all_callbacks, verbose=verbose, **kwargs)
+    mark_training_done(ctx)
+    return history

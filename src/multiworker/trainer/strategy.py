@@ -1,0 +1,163 @@
+"""Choosing the tf.distribute strategy from the cluster, once per process.
+
+- ps in the cluster: ParameterServerStrategy on the chief (the coordinator, with a
+  ClusterCoordinator); worker and ps replicas run a tf.distribute.Server and never return;
+- several chief/worker tasks: MultiWorkerMirroredStrategy;
+- several local GPUs, or several logical CPUs the user configured: MirroredStrategy;
+- otherwise (and always on an evaluator): the default strategy.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+from multiworker.trainer import _env
+from multiworker.trainer.context import Context, context
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["cluster_coordinator", "configure_threads", "fit_kwargs", "serve_if_needed", "strategy"]
+
+_lock = threading.Lock()
+_strategy: Any = None
+_threads_done = False
+
+
+def configure_threads() -> tuple[int | None, int | None]:
+    """Apply the launcher's thread budget (MULTIWORKER_THREADS, TF_NUM_*_THREADS) to TensorFlow.
+
+    Must run before TensorFlow initializes its runtime; later it only logs a warning.
+    """
+    global _threads_done
+    intra, inter = _env.thread_budget()
+    if _threads_done or (intra is None and inter is None):
+        return intra, inter
+    import tensorflow as tf
+
+    try:
+        if intra:
+            tf.config.threading.set_intra_op_parallelism_threads(intra)
+        if inter:
+            tf.config.threading.set_inter_op_parallelism_threads(inter)
+        logger.info("threads: intra-op %s, inter-op %s", intra, inter)
+    except RuntimeError as exc:
+        logger.warning("thread budget not applied (TensorFlow already initialized): %s", exc)
+    _threads_done = True
+    return intra, inter
+
+
+def _local_mirrored(tf: Any) -> Any | None:
+    """MirroredStrategy over several local GPUs or user-configured logical CPUs, else None."""
+    gpus = tf.config.list_physical_devices("GPU")
+    if len(gpus) > 1:
+        return tf.distribute.MirroredStrategy()
+    cpus = tf.config.list_physical_devices("CPU")
+    logical = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
+    if not gpus and logical and len(logical) > 1:
+        return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(len(logical))])
+    return None
+
+
+def _create(ctx: Context) -> Any:
+    import tensorflow as tf
+
+    from multiworker.trainer.markers import clear_training_done
+
+    if ctx.is_evaluator:
+        return tf.distribute.get_strategy()
+    if ctx.is_chief:
+        clear_training_done(ctx)
+    if ctx.has_ps:
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        pss = tf.distribute.ParameterServerStrategy(resolver)
+        tf.distribute.coordinator.ClusterCoordinator(pss)
+        logger.info("ParameterServerStrategy: %d worker(s), %d ps",
+                    len(ctx.cluster.get("worker", [])), len(ctx.cluster.get("ps", [])))
+        return pss
+    if ctx.num_workers > 1:
+        mwms = tf.distribute.MultiWorkerMirroredStrategy()
+        logger.info("MultiWorkerMirroredStrategy: %d workers, %d replicas in sync",
+                    ctx.num_workers, mwms.num_replicas_in_sync)
+        return mwms
+    mirrored = _local_mirrored(tf)
+    if mirrored is not None:
+        logger.info("MirroredStrategy over %d local devices", mirrored.num_replicas_in_sync)
+        return mirrored
+    return tf.distribute.get_strategy()
+
+
+def strategy(ctx: Context | None = None) -> Any:
+    """The process's strategy, created on first call (call it before building anything in TF).
+
+    On ps replicas, and on workers when the cluster has ps, this serves the cluster and never
+    returns, so a plain trainer gains parameter servers by configuration alone.
+    """
+    global _strategy
+    with _lock:
+        if _strategy is None:
+            ctx = ctx or context()
+            configure_threads()
+            _env.export_normalized_tf_config()
+            serve_if_needed(ctx)
+            _strategy = _create(ctx)
+        return _strategy
+
+
+def cluster_coordinator() -> Any:
+    """The ClusterCoordinator of this chief's ParameterServerStrategy (None under other strategies)."""
+    import tensorflow as tf
+
+    current = strategy()
+    if not isinstance(current, tf.distribute.ParameterServerStrategy):
+        return None
+    return tf.distribute.coordinator.ClusterCoordinator(current)  # a singleton per strategy
+
+
+def serve_if_needed(ctx: Context | None = None) -> None:
+    """On a ps replica, or a worker under ParameterServerStrategy, serve and exit; else return.
+
+    The server exits 0 on SIGTERM, and by itself once the chief has written TRAINING_DONE and
+    gone away (see :mod:`multiworker.trainer._server`).
+    """
+    ctx = ctx or context()
+    if ctx.runs_server_only:
+        from multiworker.trainer._server import serve_forever
+
+        configure_threads()
+        _env.export_normalized_tf_config()
+        serve_forever(ctx)
+
+
+def fit_kwargs(data: Any, *, steps_per_epoch: int | None = None) -> dict[str, Any]:
+    """``x`` and ``steps_per_epoch`` for ``model.fit`` that work under every strategy.
+
+    ``data`` is a tf.data.Dataset batched with the global batch size, or a function
+    ``fn(input_context) -> Dataset`` (wrapped in a DatasetCreator, which needs steps_per_epoch).
+    ParameterServerStrategy needs an endless dataset and a step count: a finite dataset is
+    repeated and, without steps_per_epoch, one epoch is one pass over it. Elsewhere a dataset
+    is repeated only when steps_per_epoch is given and differs from its length, so short
+    epochs never run out of data.
+    """
+    import tensorflow as tf
+    import tf_keras as keras
+
+    is_pss = isinstance(strategy(), tf.distribute.ParameterServerStrategy)
+    if callable(data) and not isinstance(data, tf.data.Dataset):
+        if steps_per_epoch is None:
+            raise ValueError("a dataset function needs steps_per_epoch; pass steps_per_epoch=N")
+        return {"x": keras.utils.experimental.DatasetCreator(data), "steps_per_epoch": steps_per_epoch}
+    if not isinstance(data, tf.data.Dataset):
+        return {"x": data, "steps_per_epoch": steps_per_epoch}
+    length = int(data.cardinality())
+    finite = length >= 0  # INFINITE is -1, UNKNOWN is -2
+    if is_pss and steps_per_epoch is None:
+        if not finite or length == 0:
+            raise ValueError(
+                "ParameterServerStrategy needs steps_per_epoch for a dataset of unknown or "
+                "infinite length; pass steps_per_epoch=N")
+        steps_per_epoch = length
+    if finite and steps_per_epoch is not None and (is_pss or steps_per_epoch != length):
+        data = data.repeat()
+    return {"x": data, "steps_per_epoch": steps_per_epoch}
