@@ -52,7 +52,8 @@ def main() -> None:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     _register_all()
     try:
-        app(standalone_mode=False)
+        result = app(standalone_mode=False)  # click returns an Exit's code instead of raising
+        sys.exit(result if isinstance(result, int) else 0)
     except UserError as exc:
         if debug:
             raise

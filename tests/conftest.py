@@ -1,0 +1,35 @@
+"""Shared test fixtures: an isolated MULTIWORKER_HOME for every test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+PROGRAMS = FIXTURES / "programs"
+
+
+@pytest.fixture(autouse=True)
+def mw_home(tmp_path_factory, monkeypatch) -> Path:
+    home = tmp_path_factory.mktemp("mwhome")
+    monkeypatch.setenv("MULTIWORKER_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def mw_bin() -> list[str]:
+    """The multiworker command, from the interpreter running the tests."""
+    return [sys.executable, "-m", "multiworker.cli"]
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "integration" in str(item.fspath) and "integration" not in item.keywords:
+            item.add_marker(pytest.mark.integration)
+
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

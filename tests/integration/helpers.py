@@ -1,0 +1,74 @@
+"""Helpers for tests that run the real launcher as a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from multiworker.backends.local.procs import processes_of_job
+from multiworker.store import Store
+
+PROGRAMS = Path(__file__).resolve().parents[1] / "fixtures" / "programs"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def mw(*args: str, home: Path, check: bool = False, timeout: float = 600, **kw) -> subprocess.CompletedProcess:
+    """Run ``multiworker ARGS`` to completion with MULTIWORKER_HOME=home."""
+    env = {**os.environ, "MULTIWORKER_HOME": str(home), **kw.pop("env", {})}
+    return subprocess.run([sys.executable, "-m", "multiworker", *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=check, **kw)
+
+
+def mw_popen(*args: str, home: Path) -> subprocess.Popen:
+    env = {**os.environ, "MULTIWORKER_HOME": str(home)}
+    return subprocess.Popen([sys.executable, "-m", "multiworker", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def status(home: Path, job: str = "last") -> dict:
+    proc = mw("status", job, "--json", home=home)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def fake_spec(tmp_path: Path, pools: str, run_policy: str = "{backoff: 0.1}", name: str = "fake") -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(f"name: {name}\nmodule: fakejob\nworking_dir: {PROGRAMS}\npools: {pools}\nrun_policy: {run_policy}\n")
+    return path
+
+
+def wait_for(predicate, timeout: float = 60.0, interval: float = 0.1):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError("condition not met in time")
+
+
+def running_job(home: Path) -> dict:
+    """The single job in ``home`` once all its replicas run."""
+    def ready():
+        store = Store(home)
+        jobs = store.list_jobs()
+        if jobs and jobs[0]["state"] == "Running":
+            reps = store.replicas(jobs[0]["id"])
+            if reps and all(r["state"] == "Running" for r in reps):
+                return jobs[0]
+        return None
+
+    return wait_for(ready)
+
+
+def no_processes_left(job_id: str, timeout: float = 10.0) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if not processes_of_job(job_id):
+            return True
+        time.sleep(0.1)
+    return not processes_of_job(job_id)

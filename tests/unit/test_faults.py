@@ -1,0 +1,40 @@
+"""Parsing --inject-failure."""
+
+import signal
+
+import pytest
+
+from multiworker.cluster import ReplicaId
+from multiworker.errors import UserError
+from multiworker.faults import check_injections, parse_injection
+from multiworker.spec.model import JobSpec
+
+
+@pytest.mark.parametrize("text,replica,after,sig", [
+    ("worker-1@15s:KILL", ReplicaId("worker", 1), 15, signal.SIGKILL),
+    ("worker-1@15s", ReplicaId("worker", 1), 15, signal.SIGKILL),
+    ("chief-0@1m:TERM", ReplicaId("chief", 0), 60, signal.SIGTERM),
+    ("ps-0@2.5:SIGINT", ReplicaId("ps", 0), 2.5, signal.SIGINT),
+    ("worker-0@3s:9", ReplicaId("worker", 0), 3, signal.SIGKILL),
+])
+def test_parse(text, replica, after, sig):
+    inj = parse_injection(text)
+    assert (inj.replica, inj.after, inj.signal) == (replica, after, sig)
+
+
+@pytest.mark.parametrize("text,match", [
+    ("worker-1", "missing '@DURATION'"),
+    ("workr-1@5s", "not a replica name"),
+    ("worker-1@soon", "not a duration"),
+    ("worker-1@5s:BOOM", "unknown signal"),
+])
+def test_parse_errors(text, match):
+    with pytest.raises(UserError, match=match):
+        parse_injection(text)
+
+
+def test_target_must_exist():
+    spec = JobSpec.model_validate({"name": "j", "module": "m", "pools": {"worker": {"replicas": 2}}})
+    check_injections(spec, [parse_injection("worker-1@1s")])
+    with pytest.raises(UserError, match="has no worker-2"):
+        check_injections(spec, [parse_injection("worker-2@1s")])
