@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from multiworker.errors import JobNotFound
+from multiworker.errors import JobNotFound, UserError
 
 __all__ = ["home_dir", "Store", "SCHEMA_VERSION", "MIGRATIONS", "JOB_STATES", "TERMINAL_STATES", "new_job_id"]
 
@@ -63,8 +63,18 @@ CREATE TABLE samples (
 CREATE INDEX samples_job ON samples(job_id, id);
 """
 
-# MIGRATIONS[i] brings a store from version i to version i+1.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2)
+_V3 = """
+CREATE TABLE progress (
+  job_id TEXT NOT NULL REFERENCES jobs(id) ON DELETE CASCADE, replica TEXT NOT NULL, attempt INTEGER NOT NULL,
+  ts REAL NOT NULL, epoch INTEGER, epochs INTEGER, step INTEGER, steps INTEGER, steps_per_sec REAL,
+  PRIMARY KEY (job_id, replica)
+);
+CREATE INDEX samples_replica ON samples(job_id, replica, id);
+CREATE INDEX jobs_created ON jobs(created_at)
+"""
+
+# MIGRATIONS[i] brings a store from version i to version i+1. Append only: never edit a released one.
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
@@ -76,6 +86,17 @@ def home_dir() -> Path:
 def new_job_id() -> str:
     """Eight hex digits, docker-style, so a short unique prefix is easy to type."""
     return os.urandom(4).hex()
+
+
+def _steps_between(prev: dict, cur: dict) -> int | None:
+    """Steps run from one progress report to the next (across one epoch boundary too), if known."""
+    if prev.get("step") is None or cur.get("step") is None or prev.get("epoch") is None:
+        return None
+    if cur.get("epoch") == prev["epoch"]:
+        return max(0, cur["step"] - prev["step"])
+    if cur.get("epoch") == prev["epoch"] + 1 and prev.get("steps"):
+        return max(0, prev["steps"] - prev["step"]) + cur["step"]
+    return None
 
 
 class Store:
@@ -96,7 +117,7 @@ class Store:
     def _migrate(self, target: int) -> None:
         version = self._conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
-            raise JobNotFound(
+            raise UserError(
                 f"{self.path}: store schema version {version} is newer than this multiworker ({SCHEMA_VERSION}); upgrade multiworker"
             )
         if version >= target:
@@ -157,6 +178,19 @@ class Store:
         sql = "SELECT * FROM jobs ORDER BY created_at DESC"
         return self._all(sql + (f" LIMIT {int(limit)}" if limit else ""))
 
+    def finished_before(self, ts: float) -> list[dict]:
+        """Jobs in a terminal state that ended (or, never started, were created) before ``ts``."""
+        marks = ", ".join("?" * len(TERMINAL_STATES))
+        return self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) AND COALESCE(finished_at, created_at) < ? "
+                         "ORDER BY created_at", *sorted(TERMINAL_STATES), ts)
+
+    def replica_summary(self) -> dict[str, dict[str, int]]:
+        """Per job: replica count by state (one query for ``multiworker list``)."""
+        out: dict[str, dict[str, int]] = {}
+        for row in self._all("SELECT job_id, state, COUNT(*) AS n FROM replicas GROUP BY job_id, state"):
+            out.setdefault(row["job_id"], {})[row["state"]] = row["n"]
+        return out
+
     def resolve(self, ref: str) -> str:
         """A job id from a full id, a unique prefix, or ``last``."""
         ref = (ref or "").strip()
@@ -179,7 +213,7 @@ class Store:
 
     def delete_job(self, job_id: str) -> None:
         with self.transaction() as conn:
-            for table in ("samples", "metrics", "events", "attempts", "replicas"):
+            for table in ("progress", "samples", "metrics", "events", "attempts", "replicas"):
                 conn.execute(f"DELETE FROM {table} WHERE job_id = ?", (job_id,))
             conn.execute("DELETE FROM jobs WHERE id = ?", (job_id,))
 
@@ -250,5 +284,35 @@ class Store:
                 ).fetchone()[0]
                 conn.execute("DELETE FROM samples WHERE job_id = ? AND id < ? AND id % 2 = 0", (job_id, cutoff))
 
-    def samples(self, job_id: str) -> list[dict]:
-        return self._all("SELECT ts, replica, cpu_percent, rss_bytes FROM samples WHERE job_id = ? ORDER BY id", job_id)
+    def samples(self, job_id: str, since: float | None = None) -> list[dict]:
+        sql = "SELECT ts, replica, cpu_percent, rss_bytes FROM samples WHERE job_id = ?"
+        if since is not None:
+            return self._all(sql + " AND ts >= ? ORDER BY id", job_id, since)
+        return self._all(sql + " ORDER BY id", job_id)
+
+    def latest_samples(self, job_id: str) -> dict[str, dict]:
+        """The newest resource sample of each replica."""
+        rows = self._all(
+            "SELECT s.ts, s.replica, s.cpu_percent, s.rss_bytes FROM samples s JOIN "
+            "(SELECT MAX(id) AS id FROM samples WHERE job_id = ? GROUP BY replica) m ON s.id = m.id", job_id)
+        return {r["replica"]: r for r in rows}
+
+    # -- progress (latest step per replica) -------------------------------------------------
+    def set_progress(self, job_id: str, attempt: int, progress: dict[str, dict]) -> None:
+        """Record the latest ``progress`` metric of each replica, with the step rate since the previous one."""
+        now = time.time()
+        with self.transaction() as conn:
+            for replica, m in progress.items():
+                prev = conn.execute("SELECT * FROM progress WHERE job_id = ? AND replica = ?", (job_id, replica)).fetchone()
+                rate = None
+                if prev is not None and prev["attempt"] == attempt and now > prev["ts"]:
+                    steps = _steps_between(dict(prev), m)
+                    rate = None if steps is None else steps / (now - prev["ts"])
+                conn.execute(
+                    "INSERT OR REPLACE INTO progress (job_id, replica, attempt, ts, epoch, epochs, step, steps, "
+                    "steps_per_sec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (job_id, replica, attempt, now, m.get("epoch"), m.get("epochs"), m.get("step"), m.get("steps"), rate),
+                )
+
+    def progress(self, job_id: str) -> dict[str, dict]:
+        return {r["replica"]: r for r in self._all("SELECT * FROM progress WHERE job_id = ?", job_id)}

@@ -73,6 +73,7 @@ class Supervisor:
         self._first_attempt_started = 0.0
         self._last_sample = 0.0
         self._fired: set[Injection] = set()
+        self._progress: dict[str, dict] = {}  # latest progress line per replica, stored once a second
 
     # -- public ------------------------------------------------------------------------
     def run(self) -> str:
@@ -265,6 +266,9 @@ class Supervisor:
         if now - self._last_sample >= _SAMPLE_EVERY:
             self._last_sample = now
             self._sample()
+            if self._progress:
+                self.store.set_progress(self.job_id, self.attempt, self._progress)
+                self._progress = {}
             self.store.update_job(self.job_id, heartbeat_at=now)
 
     def _sample(self) -> None:
@@ -310,7 +314,7 @@ class Supervisor:
                     if metric["kind"] != "progress":
                         self.store.add_metric(self.job_id, self.attempt, rep.rid.name, metric)
                     else:
-                        self.store.update_job(self.job_id, heartbeat_at=time.time())
+                        self._progress[rep.rid.name] = metric
                     self.obs.on_metric(rep.rid.name, metric, primary=rep.rid == primary_replica(self.spec))
                 else:
                     self.obs.on_line(rep.rid.name, line)
