@@ -1,15 +1,39 @@
-"""Job spec formats: native YAML now; cloud formats (Vertex, AI Platform, TFJob) plug in here."""
+"""Job spec formats: native YAML, Vertex AI CustomJob, AI Platform trainingInput and Kubeflow TFJob.
+
+``load_job`` reads any of them into a validated native spec that runs here; ``parse_job`` reads one
+without making it local (for conversions); ``convert`` writes a spec in another format.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.load import LoadedSpec, load_spec
+from multiworker.spec.formats import aiplatform, tfjob, vertex
+from multiworker.spec.formats._common import Parsed
+from multiworker.spec.formats.detect import FORMATS, detect
+from multiworker.spec.load import LoadedSpec, apply_overrides, check_programs, read_yaml, spec_from_dict
 
-__all__ = ["FORMATS", "load_job"]
+__all__ = ["FORMATS", "detect", "load_job", "parse_job", "Parsed"]
 
-FORMATS = ("native",)
+_PARSERS = {"vertex": vertex.parse, "aiplatform": aiplatform.parse, "tfjob": tfjob.parse}
+
+
+def parse_job(path: str | Path, *, format: str | None = None, data: Any = None) -> Parsed:
+    """Read a job file of any format into a native spec dict, cloud paths and images untouched."""
+    path = Path(path)
+    source = str(path)
+    if data is None:
+        data = read_yaml(path)
+    if format is not None and format not in FORMATS:
+        raise SpecError(f"format {format!r} is not supported; use one of {', '.join(FORMATS)}", source="--format")
+    fmt = format or detect(data, source=source)
+    if fmt == "native":
+        if not isinstance(data, dict):
+            raise SpecError("a job spec is a YAML mapping with at least `name` and `pools`", source=source)
+        return Parsed(format="native", native=data)
+    return _PARSERS[fmt](data, source=source, path=path)
 
 
 def load_job(
@@ -21,8 +45,45 @@ def load_job(
     dockerfile: str | None = None,
     map_paths: tuple[str, ...] | list[str] = (),
     check: bool = True,
+    cwd: str | Path | None = None,
 ) -> LoadedSpec:
-    """Load a job spec of any supported format into a validated native spec."""
-    if format not in (None, "native"):
-        raise SpecError(f"format {format!r} is not supported; use one of {', '.join(FORMATS)}", source=str(path))
-    return load_spec(path, overrides=overrides, check=check)
+    """Load a job spec of any format into a validated native spec that runs on this machine.
+
+    Detects the format (or takes ``format``), applies ``--set`` overrides (native field paths), maps
+    images to local programs (``images``: IMAGE=COMMAND, or ``dockerfile``), Cloud Storage paths to
+    local dirs (``map_paths``: gs://bucket=./dir, relative to ``cwd``) and Python packages to a path.
+    With ``check`` (the default) an unmapped image or gs:// path is an error and every program must
+    exist; without it they are left as they are.
+    """
+    from multiworker.spec.formats.localize import PathMap, localize, parse_images
+    from multiworker.store import home_dir
+
+    path = Path(path)
+    source = str(path)
+    cwd = Path(cwd) if cwd is not None else Path.cwd()
+    parsed = parse_job(path, format=format)
+    native = parsed.native
+    if overrides:
+        native = apply_overrides(native, overrides)
+    native, notes = localize(
+        native,
+        parsed,
+        images=parse_images(images),
+        dockerfile=dockerfile,
+        paths=PathMap(map_paths, cwd=cwd),
+        source=source,
+        cwd=cwd,
+        home=home_dir(),
+        strict=check,
+    )
+    spec = spec_from_dict(native, source=source)
+    loaded = LoadedSpec(
+        spec=spec,
+        path=path,
+        base_dir=path.resolve().parent,
+        format=parsed.format,
+        notes=tuple(parsed.all_notes() + notes),
+    )
+    if check:
+        check_programs(loaded)
+    return loaded
