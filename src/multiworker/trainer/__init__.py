@@ -33,6 +33,7 @@ from multiworker.trainer.strategy import (
     fit_kwargs,
     serve_if_needed,
     strategy,
+    strategy_kind,
 )
 
 __all__ = [
@@ -52,6 +53,7 @@ __all__ = [
     "save_model",
     "serve_if_needed",
     "strategy",
+    "strategy_kind",
     "training_done",
     "write_metrics_json",
 ]

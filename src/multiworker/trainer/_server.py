@@ -52,7 +52,7 @@ def serve_forever(ctx: Context) -> NoReturn:
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
     intra, inter = configure_threads()
     config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=intra or 0,
-                                      inter_op_parallelism_threads=inter or 0)
+                                      inter_op_parallelism_threads=max(inter or 0, 2) if inter else 0)
     server = tf.distribute.Server(resolver.cluster_spec(), job_name=ctx.task_type,
                                   task_index=ctx.task_index, protocol=resolver.rpc_layer or "grpc",
                                   config=config, start=True)

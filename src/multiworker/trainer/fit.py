@@ -16,6 +16,23 @@ logger = logging.getLogger(__name__)
 __all__ = ["fit"]
 
 
+def _is_parameter_server_strategy(model: Any) -> bool:
+    import tensorflow as tf
+
+    return isinstance(getattr(model, "distribute_strategy", None), tf.distribute.ParameterServerStrategy)
+
+
+def _enable_exact_evaluation(model: Any) -> None:
+    """Make a later ``model.evaluate(finite_dataset)`` work under ParameterServerStrategy.
+
+    Without ``compile(pss_evaluation_shards=...)`` it runs until a worker's copy of the data ends
+    and fails; with it, each shard of the data is evaluated exactly once.
+    """
+    if getattr(model, "_pss_evaluation_shards", None) == 0 and hasattr(model, "_infer_exact_eval_shards"):
+        model._pss_evaluation_shards = model._infer_exact_eval_shards("auto")
+        logger.info("ParameterServerStrategy: exact evaluation over %d shards", model._pss_evaluation_shards)
+
+
 def fit(
     model: Any,
     data: Any,
@@ -39,7 +56,9 @@ def fit(
     - ps, and workers under ParameterServerStrategy: serve and exit (normally already done by
       :func:`strategy`).
 
-    Extra keyword arguments go to ``model.fit``.
+    Under ParameterServerStrategy it also turns on exact evaluation (as
+    ``compile(pss_evaluation_shards="auto")`` would), so ``model.evaluate(test_ds)`` works after
+    it as under the other strategies. Extra keyword arguments go to ``model.fit``.
     """
     ctx = ctx or context()
     if ctx.is_evaluator:
@@ -51,6 +70,8 @@ def fit(
         logger.info("evaluator done")
         sys.exit(0)
     serve_if_needed(ctx)
+    if _is_parameter_server_strategy(model):
+        _enable_exact_evaluation(model)
     if verbose is None:
         verbose = 2 if ctx.is_chief else 0
     all_callbacks = default_callbacks(global_batch_size, ctx=ctx) + list(callbacks or [])

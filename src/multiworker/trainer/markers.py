@@ -57,7 +57,7 @@ def mark_training_done(ctx: Context | None = None, **extra: Any) -> str | None:
 def clear_training_done(ctx: Context | None = None) -> None:
     """Chief only, at start: remove a marker left by an earlier run into the same directory."""
     ctx = ctx or context()
-    if ctx.is_chief and not ctx.is_evaluator:
+    if ctx.is_chief:
         path = done_marker_path(ctx)
         if _fs.exists(path):
             logger.info("removing stale %s", path)

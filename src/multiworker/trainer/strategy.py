@@ -18,7 +18,9 @@ from multiworker.trainer.context import Context, context
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["cluster_coordinator", "configure_threads", "fit_kwargs", "serve_if_needed", "strategy"]
+__all__ = [
+    "cluster_coordinator", "configure_threads", "fit_kwargs", "serve_if_needed", "strategy", "strategy_kind",
+]
 
 _lock = threading.Lock()
 _strategy: Any = None
@@ -48,16 +50,29 @@ def configure_threads() -> tuple[int | None, int | None]:
     return intra, inter
 
 
-def _local_mirrored(tf: Any) -> Any | None:
-    """MirroredStrategy over several local GPUs or user-configured logical CPUs, else None."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if len(gpus) > 1:
-        return tf.distribute.MirroredStrategy()
+def _local_devices(tf: Any) -> tuple[int, int]:
+    """(physical GPUs, logical CPUs the user configured) without initializing the runtime."""
+    gpus = len(tf.config.list_physical_devices("GPU"))
     cpus = tf.config.list_physical_devices("CPU")
     logical = tf.config.get_logical_device_configuration(cpus[0]) if cpus else None
-    if not gpus and logical and len(logical) > 1:
-        return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(len(logical))])
-    return None
+    return gpus, max(len(logical or ()), 1)
+
+
+def strategy_kind(ctx: Context | None = None, *, local_gpus: int = 0, local_cpus: int = 1) -> str:
+    """Which strategy a replica gets: "server", "parameter_server", "multi_worker_mirrored",
+    "mirrored" or "default". Pure: the device counts are passed in."""
+    ctx = ctx or context()
+    if ctx.is_evaluator:
+        return "default"
+    if ctx.runs_server_only:
+        return "server"
+    if ctx.has_ps:
+        return "parameter_server"
+    if ctx.num_workers > 1:
+        return "multi_worker_mirrored"
+    if local_gpus > 1 or (local_gpus == 0 and local_cpus > 1):
+        return "mirrored"
+    return "default"
 
 
 def _create(ctx: Context) -> Any:
@@ -65,27 +80,22 @@ def _create(ctx: Context) -> Any:
 
     from multiworker.trainer.markers import clear_training_done
 
-    if ctx.is_evaluator:
-        return tf.distribute.get_strategy()
+    gpus, cpus = _local_devices(tf)
+    kind = strategy_kind(ctx, local_gpus=gpus, local_cpus=cpus)
     if ctx.is_chief:
         clear_training_done(ctx)
-    if ctx.has_ps:
+    if kind == "parameter_server":
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        pss = tf.distribute.ParameterServerStrategy(resolver)
-        tf.distribute.coordinator.ClusterCoordinator(pss)
-        logger.info("ParameterServerStrategy: %d worker(s), %d ps",
-                    len(ctx.cluster.get("worker", [])), len(ctx.cluster.get("ps", [])))
-        return pss
-    if ctx.num_workers > 1:
-        mwms = tf.distribute.MultiWorkerMirroredStrategy()
-        logger.info("MultiWorkerMirroredStrategy: %d workers, %d replicas in sync",
-                    ctx.num_workers, mwms.num_replicas_in_sync)
-        return mwms
-    mirrored = _local_mirrored(tf)
-    if mirrored is not None:
-        logger.info("MirroredStrategy over %d local devices", mirrored.num_replicas_in_sync)
-        return mirrored
-    return tf.distribute.get_strategy()
+        created = tf.distribute.ParameterServerStrategy(resolver)
+        tf.distribute.coordinator.ClusterCoordinator(created)
+    elif kind == "multi_worker_mirrored":
+        created = tf.distribute.MultiWorkerMirroredStrategy()
+    elif kind == "mirrored":
+        created = tf.distribute.MirroredStrategy(None if gpus else [f"/cpu:{i}" for i in range(cpus)])
+    else:
+        created = tf.distribute.get_strategy()
+    logger.info("%s: %s strategy, %d replica(s) in sync", ctx.name, kind, created.num_replicas_in_sync)
+    return created
 
 
 def strategy(ctx: Context | None = None) -> Any:
