@@ -20,14 +20,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiworker.trainer.callbacks import callbacks
-from multiworker.trainer.context import Context, context
-from multiworker.trainer.evaluator import run_evaluator
-from multiworker.trainer.fit import fit
-from multiworker.trainer.markers import done_marker_path, mark_training_done, training_done
-from multiworker.trainer.report import emit
-from multiworker.trainer.saving import save_model, write_metrics_json
-from multiworker.trainer.strategy import (
+from multiworker.trainer._callbacks import callbacks
+from multiworker.trainer._context import Context, context
+from multiworker.trainer._evaluator import run_evaluator
+from multiworker.trainer._fit import fit
+from multiworker.trainer._markers import done_marker_path, mark_training_done, training_done
+from multiworker.trainer._report import emit
+from multiworker.trainer._saving import save_model, write_metrics_json
+from multiworker.trainer._strategy import (
     cluster_coordinator,
     configure_threads,
     fit_kwargs,

@@ -12,7 +12,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
-from multiworker.trainer.report import emit
+from multiworker.trainer._report import emit
 
 logger = logging.getLogger(__name__)
 

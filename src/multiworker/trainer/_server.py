@@ -17,8 +17,8 @@ import sys
 import time
 from typing import NoReturn
 
-from multiworker.trainer.context import Context
-from multiworker.trainer.markers import training_done
+from multiworker.trainer._context import Context
+from multiworker.trainer._markers import training_done
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def serve_forever(ctx: Context) -> NoReturn:
     """Start this replica's server and block until the job is over; never returns."""
     import tensorflow as tf
 
-    from multiworker.trainer.strategy import configure_threads
+    from multiworker.trainer._strategy import configure_threads
 
     started = time.time()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()

@@ -6,10 +6,10 @@ import logging
 import sys
 from typing import Any
 
-from multiworker.trainer.callbacks import callbacks as default_callbacks
-from multiworker.trainer.context import Context, context
-from multiworker.trainer.markers import mark_training_done
-from multiworker.trainer.strategy import fit_kwargs, serve_if_needed
+from multiworker.trainer._callbacks import callbacks as default_callbacks
+from multiworker.trainer._context import Context, context
+from multiworker.trainer._markers import mark_training_done
+from multiworker.trainer._strategy import fit_kwargs, serve_if_needed
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def fit(
     """
     ctx = ctx or context()
     if ctx.is_evaluator:
-        from multiworker.trainer.evaluator import run_evaluator
+        from multiworker.trainer._evaluator import run_evaluator
 
         if eval_data is None:
             raise ValueError("this replica is an evaluator: pass eval_data=<dataset> to fit()")

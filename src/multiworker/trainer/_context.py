@@ -57,8 +57,8 @@ class Context:
 
     @property
     def strategy(self) -> Any:
-        """The process's tf.distribute strategy (see :func:`multiworker.trainer.strategy`)."""
-        from multiworker.trainer.strategy import strategy
+        """The process's tf.distribute strategy (see :func:`multiworker.trainer._strategy`)."""
+        from multiworker.trainer._strategy import strategy
 
         return strategy(self)
 

@@ -15,9 +15,9 @@ import time
 from typing import Any
 
 from multiworker.trainer import _env, _fs
-from multiworker.trainer.context import Context, context
-from multiworker.trainer.markers import training_done
-from multiworker.trainer.report import emit
+from multiworker.trainer._context import Context, context
+from multiworker.trainer._markers import training_done
+from multiworker.trainer._report import emit
 
 logger = logging.getLogger(__name__)
 

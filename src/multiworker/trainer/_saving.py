@@ -9,8 +9,8 @@ import tempfile
 from typing import Any
 
 from multiworker.trainer import _fs
-from multiworker.trainer.context import Context, context
-from multiworker.trainer.report import emit
+from multiworker.trainer._context import Context, context
+from multiworker.trainer._report import emit
 
 logger = logging.getLogger(__name__)
 

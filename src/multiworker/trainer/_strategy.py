@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from multiworker.trainer import _env
-from multiworker.trainer.context import Context, context
+from multiworker.trainer._context import Context, context
 
 logger = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def strategy_kind(ctx: Context | None = None, *, local_gpus: int = 0, local_cpus
 def _create(ctx: Context) -> Any:
     import tensorflow as tf
 
-    from multiworker.trainer.markers import clear_training_done
+    from multiworker.trainer._markers import clear_training_done
 
     gpus, cpus = _local_devices(tf)
     kind = strategy_kind(ctx, local_gpus=gpus, local_cpus=cpus)

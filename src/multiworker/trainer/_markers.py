@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from multiworker.trainer import _fs
-from multiworker.trainer.context import Context, context
+from multiworker.trainer._context import Context, context
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,117 @@
+"""multiworker.trainer: atomic SavedModel and metrics.json writes, and the TRAINING_DONE marker."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+
+from multiworker.metrics_line import parse_metric
+from multiworker.trainer import (
+    context,
+    done_marker_path,
+    mark_training_done,
+    save_model,
+    training_done,
+    write_metrics_json,
+)
+from multiworker.trainer._fs import publish_dir
+
+WORKER1 = {"TF_CONFIG": json.dumps({"cluster": {"worker": ["h:1", "h:2"]}, "task": {"type": "worker", "index": 1}})}
+
+
+@pytest.fixture(scope="module")
+def tiny_model():
+    os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+    import tf_keras as keras
+
+    model = keras.Sequential([keras.layers.Input(shape=(4,)), keras.layers.Dense(3)])
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+def siblings(path):
+    parent, name = os.path.split(path)
+    return sorted(p for p in os.listdir(parent) if p.startswith(name))
+
+
+def test_save_model_chief_replaces_atomically(tiny_model, tmp_path):
+    import numpy as np
+    import tf_keras as keras
+
+    ctx = context({}, output_dir=str(tmp_path))
+    (tmp_path / "model").mkdir()  # an empty directory, as a launcher may pre-create
+    assert save_model(tiny_model, ctx=ctx) == ctx.model_dir
+    first = os.stat(os.path.join(ctx.model_dir, "saved_model.pb")).st_mtime_ns
+    assert save_model(tiny_model, ctx=ctx) == ctx.model_dir  # over a full directory
+    assert os.stat(os.path.join(ctx.model_dir, "saved_model.pb")).st_mtime_ns >= first
+    assert siblings(ctx.model_dir) == ["model"]  # no temporary or old directories left
+    loaded = keras.models.load_model(ctx.model_dir)
+    assert loaded.predict(np.zeros((2, 4)), verbose=0).shape == (2, 3)
+
+
+class FailingModel:
+    """Writes part of a model, then fails, like a save interrupted midway."""
+
+    def save(self, path, **_):
+        os.makedirs(path)
+        with open(os.path.join(path, "partial"), "w") as f:
+            f.write("x")
+        raise RuntimeError("disk full")
+
+
+def test_failed_save_leaves_previous_model(tmp_path):
+    ctx = context({}, output_dir=str(tmp_path))
+    os.makedirs(ctx.model_dir)
+    (tmp_path / "model" / "saved_model.pb").write_text("old")
+    with pytest.raises(RuntimeError, match="disk full"):
+        save_model(FailingModel(), ctx=ctx)
+    assert (tmp_path / "model" / "saved_model.pb").read_text() == "old"
+    assert siblings(ctx.model_dir) == ["model"]
+
+
+def test_non_chief_saves_to_scratch(tiny_model, tmp_path):
+    ctx = context(WORKER1, output_dir=str(tmp_path))
+    assert not ctx.is_chief
+    assert save_model(tiny_model, ctx=ctx) == ctx.model_dir
+    assert not os.path.exists(ctx.model_dir)
+
+
+def test_publish_dir_replaces_non_empty(tmp_path):
+    target, tmp = tmp_path / "t", tmp_path / "new"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    tmp.mkdir()
+    (tmp / "new.txt").write_text("new")
+    publish_dir(str(tmp), str(target))
+    assert sorted(os.listdir(target)) == ["new.txt"]
+    assert sorted(os.listdir(tmp_path)) == ["t"]
+
+
+def test_write_metrics_json(tmp_path, capsys):
+    ctx = context({}, output_dir=str(tmp_path / "out"))
+    path = write_metrics_json({"test_accuracy": 0.99, "epochs": 2}, ctx=ctx)
+    assert json.loads(open(path).read()) == {"test_accuracy": 0.99, "epochs": 2}
+    lines = [parse_metric(line) for line in capsys.readouterr().out.splitlines()]
+    assert lines == [{"kind": "final", "test_accuracy": 0.99, "epochs": 2}]
+    assert write_metrics_json({"a": 1}, ctx=context(WORKER1, output_dir=str(tmp_path / "w"))) is None
+    assert not (tmp_path / "w").exists()
+
+
+def test_training_done_marker(tmp_path):
+    ctx = context({"MULTIWORKER_JOB_ID": "j1"}, output_dir=str(tmp_path))
+    assert training_done(ctx) is None
+    path = mark_training_done(ctx)
+    assert path == done_marker_path(ctx) == str(tmp_path / "TRAINING_DONE")
+    record = training_done(ctx)
+    assert record["job_id"] == "j1" and record["task"] == "chief-0" and record["final_checkpoint"] is None
+    # another job's marker is stale, whatever its time
+    assert training_done(context({"MULTIWORKER_JOB_ID": "j2"}, output_dir=str(tmp_path))) is None
+    # without job ids, a marker older than the reader's start is stale
+    bare = context({}, output_dir=str(tmp_path))
+    assert training_done(bare, since=time.time() + 60) is None
+    assert training_done(bare, since=time.time() - 60) is not None
+    # only the chief writes it
+    assert mark_training_done(context(WORKER1, output_dir=str(tmp_path / "w"))) is None
