@@ -91,7 +91,7 @@ class Job(CamelModel):
 
 
 _DROPPED = (
-    ("region", "runtime"),
+    ("region", "scheduling"),
     ("runtimeVersion", "runtime"),
     ("pythonVersion", "runtime"),
     ("network", "network"),
@@ -147,10 +147,12 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
             pool["args"] = [*pool["args"], f"{JOB_DIR_FLAG}={ti.job_dir}"]
     if not _uses_chief(ti, container):
         job["chief_task_type"] = "master"
+    # AI Platform retries after system failures only (a kill, a preemption), never after an error.
+    job["run_policy"] = {"restart_policy": "ExitCode"}
     if ti.scheduling:
         if ti.scheduling.max_running_time:
             try:
-                job["run_policy"] = {"active_deadline": parse_duration(ti.scheduling.max_running_time)}
+                job["run_policy"]["active_deadline"] = parse_duration(ti.scheduling.max_running_time)
             except ValueError as exc:
                 raise SpecError(str(exc), source=source, field=f"{prefix}scheduling.maxRunningTime") from None
         for key in ("maxWaitTime", "priority"):

@@ -158,10 +158,32 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
 
     run_policy = _run_policy(parsed, job.spec, policies, graces)
     out: dict[str, Any] = {"run_policy": run_policy}
+    output = _output_dir(pools)
+    if output:
+        out["output_dir"] = output
     if "Master" in specs:
         out["chief_task_type"] = "master"
     name = meta.get("name") or (meta.get("generateName") or "").rstrip("-") or None
     return finish(parsed, job_name(name, path), pools, out)
+
+
+def _output_dir(pools: dict[str, dict]) -> str | None:
+    """The output directory when every pool's env holds the AIP_* trio under one base (as converted)."""
+    from multiworker.spec.formats.to_tfjob import AIP_DIRS
+
+    bases = set()
+    for pool in pools.values():
+        env = pool.get("env") or {}
+        base = env.get("AIP_MODEL_DIR", "").rstrip("/").rpartition("/")[0]
+        if not base or any(env.get(k, "").rstrip("/") != f"{base}/{d}" for k, d in AIP_DIRS.items()):
+            return None
+        bases.add(base)
+    if len(bases) != 1:
+        return None
+    for pool in pools.values():
+        for key in AIP_DIRS:
+            del pool["env"][key]
+    return bases.pop()
 
 
 def _replica_types(specs: dict[str, ReplicaSpec], *, source: str) -> dict[str, tuple[str, ReplicaSpec]]:

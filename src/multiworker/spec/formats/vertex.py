@@ -290,9 +290,10 @@ def _machine(pool: WorkerPoolSpec) -> dict:
 
 
 def _run_policy(parsed: Parsed, scheduling: Scheduling | None, *, source: str, field: str, key) -> dict:
+    """Vertex restarts a job only after system failures (a kill, a preemption): ExitCode, or Never."""
+    out: dict[str, Any] = {"restart_policy": "ExitCode"}
     if scheduling is None:
-        return {}
-    out: dict[str, Any] = {}
+        return out
     if scheduling.timeout:
         try:
             out["active_deadline"] = parse_duration(scheduling.timeout)

@@ -1,0 +1,60 @@
+"""``multiworker convert``: write a job spec in another format (native, Vertex AI, AI Platform, TFJob)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+__all__ = ["register", "convert"]
+
+_TARGETS = ("native", "vertex", "aiplatform", "tfjob")
+
+
+def convert(
+    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform or TFJob."),
+    to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob."),
+    overrides: list[str] = typer.Option([], "--set", help="Override a native field first: pools.worker.replicas=3."),
+    allow_loss: bool = typer.Option(
+        False, "--allow-loss", help="Drop what the target cannot express (with a note) instead of failing."
+    ),
+    output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (.json for JSON); default stdout."),
+) -> None:
+    """Convert a job spec between formats. Cloud paths and images are kept as they are.
+
+    Output to tfjob is checked against the Kubeflow TFJob CRD, to vertex against the CustomJob schema.
+    What the target cannot express is an error naming the field (or a note with --allow-loss).
+    """
+    from multiworker.errors import SpecError
+    from multiworker.spec.formats import parse_job
+    from multiworker.spec.formats.convert import convert as convert_job
+    from multiworker.spec.load import apply_overrides
+
+    if to not in _TARGETS:
+        raise SpecError(f"{to!r} is not a format; use one of {', '.join(_TARGETS)}", source="--to")
+    parsed = parse_job(spec_file, format=fmt)
+    if overrides:
+        parsed.native = apply_overrides(parsed.native, overrides)
+    doc, notes = convert_job(parsed, to, source=str(spec_file), image=image, allow_loss=allow_loss)
+    for note in notes:
+        typer.echo(f"note: {note}", err=True)
+    if output is not None and output.suffix == ".json":
+        text = json.dumps(doc, indent=2) + "\n"
+    else:
+        import yaml
+
+        header = f"# {to} job converted by multiworker from {spec_file.name} ({parsed.format})\n"
+        text = header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    if output is None:
+        typer.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        typer.echo(f"wrote {output} ({to})", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(convert)

@@ -1,0 +1,185 @@
+"""Write a job in another format. What the target cannot express is an error naming the field
+(``allow_loss`` turns those errors into notes); bookkeeping settings that do not carry over are noted."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Any
+
+from multiworker.errors import SpecError
+from multiworker.spec.formats._common import KINDS, LOSSY_KINDS, Parsed
+from multiworker.spec.formats._schema import check_schema
+from multiworker.spec.load import spec_from_dict
+from multiworker.spec.model import ROLES, JobSpec, Program
+
+__all__ = ["Target", "convert", "DEFAULT_MACHINE_TYPE"]
+
+DEFAULT_MACHINE_TYPE = "n1-standard-4"
+# Settings that only say how to run here (interpreter, directories, threads): noted, never an error.
+_LOCAL_ONLY = ("working_dir", "python", "threads_per_replica")
+_LOCAL_ONLY_POLICY = ("backoff", "evaluator_timeout")
+
+
+@dataclasses.dataclass
+class Target:
+    """One conversion: the validated spec, options, and the notes gathered on the way."""
+
+    spec: JobSpec
+    to: str
+    source: str
+    image: str | None = None
+    allow_loss: bool = False
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def lose(self, field: str, message: str, *, instead: str = "drop it") -> None:
+        """``field`` cannot be expressed in the target: an error, or a note with ``allow_loss``."""
+        if self.allow_loss:
+            self.notes.append(f"--allow-loss: {field}: {message}")
+            return
+        raise SpecError(f"{message} (or pass --allow-loss to {instead})", source=self.source, field=field)
+
+    def explicit(self, field: str) -> bool:
+        """Whether run_policy.``field`` was written in the spec (not a default)."""
+        return field in self.spec.run_policy.model_fields_set
+
+    def program(self, role: str) -> Program:
+        """The resolved program of a pool, with an image (the pool's, the job's, or --image)."""
+        program = self.spec.resolved(role)
+        if not program.image and not self.image:
+            what = f"module {program.module}" if program.module else "a program"
+            raise SpecError(
+                f"pool {role} runs {what} but has no container image; pass --image IMAGE or set `image` in the spec",
+                source=self.source,
+                field="image",
+            )
+        return program if program.image else program.model_copy(update={"image": self.image})
+
+    def command(self, program: Program) -> list[str] | None:
+        """The container command: ``python -m MODULE``, the command, or None for the image's entry point."""
+        if program.module:
+            return ["python", "-m", program.module]
+        return list(program.command) if program.command else None
+
+    def roles(self, platform: str) -> list[tuple[str, int, str]]:
+        """(role, replicas, role whose program it runs) for a platform whose pool 0 is always a chief."""
+        counts = self.spec.replica_counts()
+        if "chief" in counts:
+            return [(r, n, r) for r, n in counts.items()]
+        workers = counts.get("worker", 0)
+        self.lose(
+            "pools",
+            f"{platform} always has a chief (its first pool) and this job has none; set pools.chief.replicas: 1 "
+            f"and pools.worker.replicas: {workers - 1} (MultiWorkerMirroredStrategy treats the chief as worker 0)",
+            instead="make worker 0 the chief",
+        )
+        self.notes.append(f"worker 0 becomes the chief on {platform}; {workers - 1} worker(s) remain")
+        out = [("chief", 1, "worker")]
+        if workers > 1:
+            out.append(("worker", workers - 1, "worker"))
+        return out + [(r, n, r) for r, n in counts.items() if r not in ("chief", "worker")]
+
+    def machine_keys(self, role: str, machine: dict | None, allowed: tuple[str, ...], platform: str) -> dict:
+        """The machine settings the platform knows; the others are lost."""
+        out = {}
+        for key, value in (machine or {}).items():
+            if key in allowed:
+                out[key] = value
+            else:
+                self.lose(f"pools.{role}.machine.{key}", f"{platform} has no {key} setting")
+        return out
+
+
+def convert(parsed: Parsed, to: str, *, source: str, image: str | None = None,
+            allow_loss: bool = False) -> tuple[dict, list[str]]:
+    """``parsed`` (any format, overrides applied) as a ``to`` document, plus notes for the user."""
+    from multiworker.spec.formats import parse_job
+
+    spec = spec_from_dict(parsed.native, source=source)
+    target = Target(spec=spec, to=to, source=source, image=image, allow_loss=allow_loss)
+    _carry_over(target, parsed)
+    if to == "native":
+        return _native(parsed.native, spec), target.notes
+    _local_only(target)
+    writer = _writers()[to]
+    doc = writer(target)
+    check_schema(doc, to, source=source)
+    parse_job(source, format=to, data=doc)  # what we write, we can read back
+    return doc, target.notes
+
+
+def _writers():
+    from multiworker.spec.formats import to_aiplatform, to_tfjob, to_vertex
+
+    return {"vertex": to_vertex.write, "aiplatform": to_aiplatform.write, "tfjob": to_tfjob.write}
+
+
+def _carry_over(target: Target, parsed: Parsed) -> None:
+    """What the source held that the native spec cannot: errors for what the program sees, notes else."""
+    for role, packages in parsed.packages.items():
+        target.lose(packages[0][1], "the native spec cannot hold Python packages (packageUris); build a container "
+                    "image with the package instead")
+    for field, message in parsed.conflicts:
+        target.lose(field, message)
+    for kind, field in parsed.dropped:
+        if kind in LOSSY_KINDS:
+            target.lose(field, f"{KINDS[kind]} have no equivalent in the native spec")
+    noted = [(k, f) for k, f in parsed.dropped if k not in LOSSY_KINDS]
+    for kind in KINDS:
+        fields = list(dict.fromkeys(f for k, f in noted if k == kind))
+        if fields:
+            target.notes.append(f"not carried over ({KINDS[kind]}): {', '.join(fields)}")
+    target.notes += [n for n in parsed.notes if "restartPolicy differs" not in n]
+
+
+def _local_only(target: Target) -> None:
+    spec = target.spec
+    fields = [f for f in _LOCAL_ONLY if getattr(spec, f) is not None]
+    fields += [f"pools.{r}.{f}" for r, p in spec.pools.items() for f in _LOCAL_ONLY if getattr(p, f, None) is not None]
+    fields += [f"run_policy.{f}" for f in _LOCAL_ONLY_POLICY if target.explicit(f)]
+    if fields:
+        target.notes.append(f"local settings left out ({', '.join(fields)}): they only say how to run here")
+
+
+def _native(native: dict, spec: JobSpec) -> dict:
+    order = ("name", "image", "module", "command", "working_dir", "python", "args", "env", "chief_task_type",
+             "output_dir", "threads_per_replica", "pools", "run_policy")
+    out = {k: native[k] for k in order if native.get(k) is not None}
+    out.update({k: v for k, v in native.items() if k not in out and v is not None})
+    out["pools"] = {r: native["pools"][r] for r in ROLES if r in native.get("pools", {})}
+    return out
+
+
+# -- helpers shared by the writers --------------------------------------------------
+
+def env_list(env: dict[str, str] | None) -> list[dict[str, str]]:
+    return [{"name": k, "value": v} for k, v in (env or {}).items()]
+
+
+def seconds(value: float) -> int:
+    return int(value) if float(value).is_integer() else int(value) + 1
+
+
+def cloud_path(target: Target, field: str, value: str | None, platform: str, *, absolute_ok: bool = False) -> str | None:
+    """A path the platform can write to: gs:// (or an absolute path in a pod); else lost."""
+    if value is None:
+        return None
+    if value.startswith("gs://") or (absolute_ok and value.startswith("/")):
+        return value
+    where = "gs://BUCKET/PATH or an absolute path in the pod" if absolute_ok else "gs://BUCKET/PATH"
+    target.lose(field, f"{value} is a local path; {platform} needs {where} (run locally with --map-path "
+                       f"gs://BUCKET=./local-dir)")
+    return None
+
+
+def safe_name(name: str, pattern: str, fix, target: Target, platform: str) -> str:
+    out = name if re.fullmatch(pattern, name) else fix(name)
+    if out != name:
+        target.notes.append(f"name {name!r} is {out!r} on {platform}")
+    return out
+
+
+def deep_get(doc: dict, *keys: str) -> Any:
+    for key in keys:
+        doc = doc.get(key) if isinstance(doc, dict) else None
+    return doc

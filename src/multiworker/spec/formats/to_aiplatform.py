@@ -1,0 +1,137 @@
+"""Native spec -> AI Platform Training ``trainingInput`` (custom containers, scaleTier CUSTOM)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from multiworker.spec.formats.aiplatform import JOB_DIR_FLAG, SINGLE_MACHINE_TIERS, TIERS
+from multiworker.spec.formats.convert import DEFAULT_MACHINE_TYPE, Target, cloud_path, safe_name, seconds
+
+__all__ = ["write"]
+
+PLATFORM = "AI Platform"
+_MACHINE = ("machine_type", "accelerator_type", "accelerator_count", "boot_disk_type", "boot_disk_size_gb",
+            "tpu_tf_version", "scale_tier")
+
+
+def write(t: Target) -> dict:
+    spec = t.spec
+    roles = t.roles(PLATFORM)
+    job_dir = _job_dir(t, [r for _, _, r in roles])
+    configs: dict[str, dict[str, Any]] = {}
+    programs = {}
+    for role, replicas, program_role in roles:
+        program = t.program(program_role)
+        if program.env:
+            t.lose(f"pools.{program_role}.env" if spec.pools[program_role].env else "env",
+                   "AI Platform Training cannot set environment variables")
+        args = _strip_job_dir(list(program.args or []), job_dir)
+        programs[role] = (program, t.command(program), args, replicas)
+    ti: dict[str, Any] = {"scaleTier": "CUSTOM"}
+    master_image = programs["chief"][0].image
+    shared_args = {tuple(a) for _, c, a, _ in programs.values() if not c}
+    use_shared = len(shared_args) == 1 and all(not c for _, c, _, _ in programs.values())
+    for role, stem in TIERS:
+        if role not in programs:
+            continue
+        program, command, args, replicas = programs[role]
+        machine = t.machine_keys(role, program.machine, _MACHINE, PLATFORM)
+        config = _config(program.image, master_image, role, command, [] if use_shared else args, machine)
+        if machine.get("scale_tier"):
+            _single_tier(t, ti, role, machine["scale_tier"], len(programs))
+        else:
+            if "machine_type" not in machine:
+                t.notes.append(f"pools.{role} has no machine.machine_type; AI Platform needs one: {DEFAULT_MACHINE_TYPE}")
+            ti[f"{stem}Type"] = machine.get("machine_type", DEFAULT_MACHINE_TYPE)
+        if config:
+            configs[f"{stem}Config"] = config
+        if role != "chief":
+            ti[f"{stem}Count"] = replicas
+    if ti["scaleTier"] != "CUSTOM":
+        ti.pop("masterType", None)
+    for role, stem in TIERS:
+        if f"{stem}Config" in configs:
+            ti[f"{stem}Config"] = configs[f"{stem}Config"]
+    if use_shared and shared_args != {()}:
+        ti["args"] = list(next(iter(shared_args)))
+    if job_dir:
+        ti["jobDir"] = job_dir
+    ti["useChiefInTfConfig"] = spec.chief_task_type == "chief"
+    _scheduling(t, ti)
+    name = safe_name(spec.name, r"[A-Za-z][A-Za-z0-9_]*", _job_id, t, PLATFORM)
+    return {"jobId": name, "trainingInput": ti}
+
+
+def _config(image: str, master_image: str, role: str, command, args, machine: dict) -> dict:
+    config: dict[str, Any] = {}
+    if role == "chief" or image != master_image:
+        config["imageUri"] = image
+    if command:
+        config["containerCommand"] = command
+    if args:
+        config["containerArgs"] = args
+    accel = {k: machine[f"accelerator_{k}"] for k in ("type", "count") if f"accelerator_{k}" in machine}
+    if accel:
+        config["acceleratorConfig"] = accel
+    disk = {c: machine[k] for k, c in (("boot_disk_type", "bootDiskType"), ("boot_disk_size_gb", "bootDiskSizeGb"))
+            if k in machine}
+    if disk:
+        config["diskConfig"] = disk
+    if "tpu_tf_version" in machine:
+        config["tpuTfVersion"] = machine["tpu_tf_version"]
+    return config
+
+
+def _single_tier(t: Target, ti: dict, role: str, tier: str, pools: int) -> None:
+    if role != "chief" or pools > 1 or tier not in SINGLE_MACHINE_TIERS:
+        t.lose(f"pools.{role}.machine.scale_tier", f"scaleTier {tier} is a single machine; use machine_type instead")
+        return
+    ti["scaleTier"] = tier
+
+
+def _job_dir(t: Target, roles: list[str]) -> str | None:
+    """AI Platform's jobDir reaches the program only as --job-dir=DIR, so output_dir needs that arg."""
+    out = t.spec.output_dir
+    if out is None:
+        return None
+    missing = [r for r in dict.fromkeys(roles) if _strip_job_dir(list(t.spec.resolved(r).args or []), out) is None]
+    if missing:
+        t.lose("output_dir", f"AI Platform gives the output directory to the program only as {JOB_DIR_FLAG}={out}; "
+                             f"add that to the args of pools.{missing[0]} (the trainer must accept it)")
+        return None
+    return cloud_path(t, "output_dir", out, PLATFORM)
+
+
+def _strip_job_dir(args: list[str], job_dir: str | None) -> list[str] | None:
+    """``args`` without the trailing --job-dir that AI Platform adds; None if it is not there."""
+    if job_dir is None:
+        return args
+    if args[-1:] == [f"{JOB_DIR_FLAG}={job_dir}"]:
+        return args[:-1]
+    if args[-2:] == [JOB_DIR_FLAG, job_dir]:
+        return args[:-2]
+    return None
+
+
+def _scheduling(t: Target, ti: dict) -> None:
+    policy = t.spec.run_policy
+    if policy.active_deadline is not None:
+        ti["scheduling"] = {"maxRunningTime": f"{seconds(policy.active_deadline)}s"}
+    if policy.restart_policy != "ExitCode":
+        message = "AI Platform restarts replicas only after system failures (like ExitCode), never after an error"
+        if t.explicit("restart_policy"):
+            t.lose("run_policy.restart_policy", f"is {policy.restart_policy}; {message}")
+        else:
+            t.notes.append(f"run_policy.restart_policy is the default {policy.restart_policy}; {message}")
+    if t.explicit("backoff_limit") and policy.backoff_limit != 3:
+        t.lose("run_policy.backoff_limit", "AI Platform has no restart limit")
+    if policy.success_policy != "chief":
+        t.lose("run_policy.success_policy", "on AI Platform the master's exit decides the job")
+    if t.explicit("grace_period"):
+        t.lose("run_policy.grace_period", "AI Platform has no termination grace period setting")
+
+
+def _job_id(name: str) -> str:
+    out = re.sub(r"[^A-Za-z0-9_]", "_", name)
+    return out if out[:1].isalpha() else f"job_{out}"

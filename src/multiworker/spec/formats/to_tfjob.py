@@ -1,0 +1,76 @@
+"""Native spec -> Kubeflow TFJob ``kubeflow.org/v1`` manifest."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from multiworker.spec.formats.convert import Target, cloud_path, env_list, safe_name, seconds
+from multiworker.spec.formats.tfjob import ACCELERATOR_LABEL, CONTAINER, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+
+__all__ = ["write", "AIP_DIRS"]
+
+PLATFORM = "Kubeflow TFJob"
+REPLICA_TYPE = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
+# The output directory reaches the program as the AIP_* variables the local launcher sets.
+AIP_DIRS = {"AIP_MODEL_DIR": "model", "AIP_CHECKPOINT_DIR": "checkpoints", "AIP_TENSORBOARD_LOG_DIR": "logs"}
+_MACHINE = ("machine_type", "accelerator_type", "accelerator_count", "cpu", "memory")
+
+
+def write(t: Target) -> dict:
+    spec = t.spec
+    policy = spec.run_policy
+    output = cloud_path(t, "output_dir", spec.output_dir, PLATFORM, absolute_ok=True)
+    replica_specs: dict[str, Any] = {}
+    for role, replicas in spec.replica_counts().items():
+        rtype = "Master" if role == "chief" and spec.chief_task_type == "master" else REPLICA_TYPE[role]
+        replica_specs[rtype] = {
+            "replicas": replicas,
+            "restartPolicy": policy.restart_policy,
+            "template": {"spec": _pod(t, role, output)},
+        }
+    run_policy: dict[str, Any] = {"backoffLimit": policy.backoff_limit}
+    if policy.active_deadline is not None:
+        run_policy["activeDeadlineSeconds"] = seconds(policy.active_deadline)
+    body: dict[str, Any] = {"runPolicy": run_policy}
+    if policy.success_policy == "all_workers":
+        body["successPolicy"] = "AllWorkers"
+    body["tfReplicaSpecs"] = replica_specs
+    name = safe_name(spec.name, r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", _dns_label, t, PLATFORM)
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name}, "spec": body}
+
+
+def _pod(t: Target, role: str, output: str | None) -> dict:
+    program = t.program(role)
+    container: dict[str, Any] = {"name": CONTAINER, "image": program.image}
+    command = t.command(program)
+    if command:
+        container["command"] = command
+    if program.args:
+        container["args"] = list(program.args)
+    env = {k: f"{output.rstrip('/')}/{d}" for k, d in AIP_DIRS.items()} if output else {}
+    env.update(program.env or {})
+    if env:
+        container["env"] = env_list(env)
+    machine = t.machine_keys(role, program.machine, _MACHINE, PLATFORM)
+    limits = {k: str(machine[k]) for k in ("cpu", "memory") if k in machine}
+    if "accelerator_count" in machine:
+        limits[GPU_RESOURCE] = str(machine["accelerator_count"])
+    if limits:
+        container["resources"] = {"limits": limits}
+    pod: dict[str, Any] = {"containers": [container]}
+    selector = {}
+    if "machine_type" in machine:
+        selector[INSTANCE_TYPE_LABEL] = str(machine["machine_type"])
+    if "accelerator_type" in machine:
+        selector[ACCELERATOR_LABEL] = str(machine["accelerator_type"]).lower().replace("_", "-")
+    if selector:
+        pod["nodeSelector"] = selector
+    if t.explicit("grace_period"):
+        pod["terminationGracePeriodSeconds"] = seconds(t.spec.run_policy.grace_period)
+    return pod
+
+
+def _dns_label(name: str) -> str:
+    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    return out[:63] or "job"

@@ -1,0 +1,80 @@
+"""Native spec -> Vertex AI CustomJob (displayName + jobSpec; `gcloud --config` takes the jobSpec part)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from multiworker.spec.formats.convert import DEFAULT_MACHINE_TYPE, Target, cloud_path, env_list, seconds
+from multiworker.spec.formats.vertex import POOL_ROLES
+
+__all__ = ["write"]
+
+PLATFORM = "Vertex AI"
+_MACHINE_SPEC = {"machine_type": "machineType", "accelerator_type": "acceleratorType",
+                 "accelerator_count": "acceleratorCount", "gpu_partition_size": "gpuPartitionSize",
+                 "tpu_topology": "tpuTopology"}
+_DISK_SPEC = {"boot_disk_type": "bootDiskType", "boot_disk_size_gb": "bootDiskSizeGb"}
+
+
+def write(t: Target) -> dict:
+    spec = t.spec
+    if spec.chief_task_type == "master":
+        t.lose("chief_task_type", "Vertex AI always names the first pool `chief` in TF_CONFIG")
+    pools: list[dict[str, Any]] = [{} for _ in POOL_ROLES]
+    for role, replicas, program_role in t.roles(PLATFORM):
+        pools[POOL_ROLES.index(role)] = _pool(t, role, replicas, program_role)
+    while pools and not pools[-1]:
+        pools.pop()
+    job_spec: dict[str, Any] = {"workerPoolSpecs": pools}
+    output = cloud_path(t, "output_dir", spec.output_dir, PLATFORM)
+    if output:
+        job_spec["baseOutputDirectory"] = {"outputUriPrefix": output}
+    scheduling = _scheduling(t)
+    if scheduling:
+        job_spec["scheduling"] = scheduling
+    return {"displayName": spec.name, "jobSpec": job_spec}
+
+
+def _pool(t: Target, role: str, replicas: int, program_role: str) -> dict:
+    program = t.program(program_role)
+    container: dict[str, Any] = {"imageUri": program.image}
+    command = t.command(program)
+    if command:
+        container["command"] = command
+    if program.args:
+        container["args"] = list(program.args)
+    if program.env:
+        container["env"] = env_list(program.env)
+    machine = t.machine_keys(role, program.machine, (*_MACHINE_SPEC, *_DISK_SPEC), PLATFORM)
+    machine_spec = {_MACHINE_SPEC[k]: v for k, v in machine.items() if k in _MACHINE_SPEC}
+    if "machineType" not in machine_spec:
+        machine_spec["machineType"] = DEFAULT_MACHINE_TYPE
+        t.notes.append(f"pools.{role} has no machine.machine_type; Vertex AI needs one: {DEFAULT_MACHINE_TYPE}")
+    pool: dict[str, Any] = {"machineSpec": machine_spec, "replicaCount": replicas, "containerSpec": container}
+    disk = {_DISK_SPEC[k]: v for k, v in machine.items() if k in _DISK_SPEC}
+    if disk:
+        pool["diskSpec"] = disk
+    return pool
+
+
+def _scheduling(t: Target) -> dict:
+    policy = t.spec.run_policy
+    out: dict[str, Any] = {}
+    if policy.active_deadline is not None:
+        out["timeout"] = f"{seconds(policy.active_deadline)}s"
+    if policy.restart_policy == "Never":
+        out["disableRetries"] = True
+    elif policy.restart_policy != "ExitCode":
+        message = ("Vertex AI restarts replicas only after system failures (like ExitCode: a kill or preemption), "
+                   "never after an error in the program")
+        if t.explicit("restart_policy"):
+            t.lose("run_policy.restart_policy", f"is {policy.restart_policy}; {message}")
+        else:
+            t.notes.append(f"run_policy.restart_policy is the default {policy.restart_policy}; {message}")
+    if t.explicit("backoff_limit") and policy.backoff_limit != 3:
+        t.lose("run_policy.backoff_limit", "Vertex AI has no restart limit")
+    if policy.success_policy != "chief":
+        t.lose("run_policy.success_policy", "on Vertex AI the chief's exit decides the job")
+    if t.explicit("grace_period"):
+        t.lose("run_policy.grace_period", "Vertex AI has no termination grace period setting")
+    return out
