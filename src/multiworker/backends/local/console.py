@@ -31,6 +31,13 @@ def format_progress(metric: dict) -> str:
     return "  ".join(parts)
 
 
+def _headline(key: str, value) -> bool:
+    """Fields worth a console line: quality metrics and throughput, not bookkeeping."""
+    if key == "kind" or isinstance(value, (dict, list)):
+        return False
+    return key.startswith(("test_", "eval_", "val_")) or key in ("loss", "accuracy", "rmse", "images_per_sec", "step")
+
+
 class ConsoleObserver(Observer):
     """Prints to the terminal; ``quiet`` hides the replicas' own output."""
 
@@ -51,7 +58,7 @@ class ConsoleObserver(Observer):
         if kind == "epoch" and primary:
             self.console.print(f"[bold]{self._prefix(replica)} {escape(format_progress(metric))}[/bold]")
         elif kind in ("eval", "final"):
-            fields = {k: v for k, v in metric.items() if k != "kind"}
+            fields = {k: v for k, v in metric.items() if _headline(k, v)}
             text = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fields.items())
             self.console.print(f"[bold]{self._prefix(replica)} {kind}: {escape(text)}[/bold]")
 

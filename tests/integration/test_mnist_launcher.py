@@ -1,0 +1,63 @@
+"""MNIST through `multiworker run`: real TensorFlow replicas talking over localhost."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from helpers import REPO, mw, no_processes_left, status
+from multiworker.store import Store
+
+pytestmark = pytest.mark.integration
+JOB = str(REPO / "examples" / "mnist" / "job.yaml")
+
+
+def test_two_workers_train_and_model_predicts(mw_home):
+    proc = mw("run", JOB, "-q", "--", "--epochs", "1", "--steps-per-epoch", "30", home=mw_home)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    doc = status(mw_home)
+    assert doc["state"] == "Succeeded" and doc["restarts"] == 0
+    assert [r["state"] for r in doc["replicas"]] == ["Succeeded", "Succeeded"]
+    out = Path(doc["output_dir"])
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["workers"] == 2 and 0.0 < metrics["test_accuracy"] <= 1.0
+    import tensorflow as tf
+
+    x = np.load(REPO / "examples" / "mnist" / "data" / "mnist.npz")["x_test"][:8]
+    model = tf.saved_model.load(str(out / "model"))
+    serve = model.signatures["serving_default"]
+    (pred,) = serve(tf.constant(x.reshape(8, 28, 28, 1).astype("float32") / 255.0)).values()
+    assert pred.shape == (8, 10)
+    # the epoch metric lines reached the store
+    assert [m["data"]["epoch"] for m in Store(mw_home).metrics(doc["id"], "epoch") if m["replica"] == "worker-0"] == [1]
+
+
+def test_injected_kill_resumes_from_epoch_reached(mw_home):
+    proc = mw("run", JOB, "-q", "--inject-failure", "worker-1@16s:KILL", "--set", "run_policy.backoff=1s",
+              "--", "--epochs", "8", "--steps-per-epoch", "40", home=mw_home)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    doc = status(mw_home)
+    assert doc["state"] == "Succeeded" and doc["restarts"] == 1
+    epochs = [(m["attempt"], m["data"]["epoch"]) for m in Store(mw_home).metrics(doc["id"], "epoch")
+              if m["replica"] == "worker-0"]
+    before = [e for a, e in epochs if a == 0]
+    after = [e for a, e in epochs if a == 1]
+    assert before, f"the kill came before the first epoch ended: {epochs}"
+    assert after and after[0] == max(before) + 1, f"did not resume from the epoch reached: {epochs}"
+    assert after[-1] == 8
+    assert no_processes_left(doc["id"])
+
+
+def test_parameter_server_job(mw_home):
+    proc = mw("run", JOB, "-q", "--set", "pools.chief.replicas=1", "--set", "pools.ps.replicas=1",
+              "--", "--epochs", "1", "--steps-per-epoch", "20", home=mw_home)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    doc = status(mw_home)
+    states = {r["name"]: r["state"] for r in doc["replicas"]}
+    assert doc["state"] == "Succeeded"
+    assert states["chief-0"] == "Succeeded" and states["ps-0"] == "Stopped"
+    assert (Path(doc["output_dir"]) / "model").is_dir()
+    assert no_processes_left(doc["id"])
