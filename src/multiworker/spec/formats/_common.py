@@ -261,11 +261,15 @@ def finish(parsed: Parsed, name: str, pools: dict[str, dict], job: dict) -> Pars
                     p.pop(key, None)
     for p in pools.values():
         for key in ("args", "env"):
-            if p.get(key) in ({}, None):
+            if not p.get(key) and key not in job:
                 p.pop(key, None)
     native = {"name": name, **job, "pools": pools}
-    parsed.native = {k: v for k, v in native.items() if v is not None}
+    order = [k for k in _ORDER if k in native] + [k for k in native if k not in _ORDER]
+    parsed.native = {k: native[k] for k in order if native[k] is not None}
     return parsed
+
+
+_ORDER = ("name", "image", "module", "command", "args", "env", "chief_task_type", "output_dir", "pools", "run_policy")
 
 
 def _move_origins(parsed: Parsed, old: str, new: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from multiworker.errors import SpecError
@@ -15,35 +16,36 @@ _AIPLATFORM_KEYS = {
     "trainingInput", "training_input", "scaleTier", "masterType", "masterConfig", "pythonModule", "packageUris",
     "workerCount", "parameterServerCount", "useChiefInTfConfig",
 }
-_NATIVE_KEYS = {"pools", "module", "command"}
+_NATIVE_KEYS = {"name", "pools", "module", "command", "run_policy"}
 
 
 def detect(data: Any, *, source: str | None = None) -> str:
-    """``native``, ``vertex``, ``aiplatform`` or ``tfjob``; a SpecError when no shape fits."""
-    if isinstance(data, list):
-        if data and all(item is None or isinstance(item, dict) for item in data):
-            return "vertex"  # the Python SDK's worker_pool_specs list
-    elif isinstance(data, dict):
-        kind = data.get("kind")
-        if kind is not None or "apiVersion" in data:
-            if kind == "TFJob":
-                return "tfjob"
-            raise SpecError(
-                f"kind {kind!r} is not supported; multiworker reads Kubeflow `kind: TFJob` manifests",
-                source=source,
-                field="kind",
-            )
-        keys = set(data)
-        if isinstance(data.get("spec"), dict) and "tfReplicaSpecs" in data["spec"]:
+    """``native``, ``vertex``, ``aiplatform`` or ``tfjob``; any other mapping is read as native."""
+    if isinstance(data, list) and data and all(item is None or isinstance(item, dict) for item in data):
+        return "vertex"  # the Python SDK's worker_pool_specs list
+    if not isinstance(data, dict):
+        return "native"  # whose loader says what a spec looks like
+    kind = data.get("kind")
+    if kind is not None or "apiVersion" in data:
+        if kind == "TFJob":
             return "tfjob"
-        if keys & _VERTEX_KEYS:
-            return "vertex"
-        if keys & _AIPLATFORM_KEYS:
-            return "aiplatform"
-        if keys & _NATIVE_KEYS:
-            return "native"
-    raise SpecError(
-        "cannot tell the format: expected `pools` (native), `workerPoolSpecs` (Vertex AI), `trainingInput` "
-        "(AI Platform) or `kind: TFJob`; pass --format native|vertex|aiplatform|tfjob",
-        source=source,
-    )
+        raise SpecError(
+            f"kind {kind!r} is not supported; multiworker reads Kubeflow `kind: TFJob` manifests",
+            source=source,
+            field="kind",
+        )
+    keys = set(data)
+    if isinstance(data.get("spec"), dict) and "tfReplicaSpecs" in data["spec"]:
+        return "tfjob"
+    if keys & _VERTEX_KEYS:
+        return "vertex"
+    if keys & _AIPLATFORM_KEYS:
+        return "aiplatform"
+    if not keys & _NATIVE_KEYS:
+        for key in sorted(map(str, keys)):
+            for markers, name in ((_VERTEX_KEYS, "Vertex AI"), (_AIPLATFORM_KEYS, "AI Platform")):
+                hint = difflib.get_close_matches(key, sorted(markers), n=1, cutoff=0.8)
+                if hint:
+                    raise SpecError(f"unknown key `{key}`; did you mean `{hint[0]}` ({name})?", source=source,
+                                    field=key)
+    return "native"
