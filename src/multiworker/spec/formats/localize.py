@@ -190,7 +190,8 @@ def _set_program(pool: dict, argv: list[str], df: Dockerfile | None, wd: Path | 
         if len(rest) >= 2 and rest[0] == "-m":
             pool["module"], pool["args"] = rest[1], rest[2:]
         else:
-            pool["command"], pool["args"] = [sys.executable], rest
+            script = 1 if rest and not rest[0].startswith("-") else 0
+            pool["command"], pool["args"] = [sys.executable, *rest[:script]], rest[script:]
     else:
         pool["command"], pool["args"] = argv[:1], argv[1:]
     if wd is not None:
