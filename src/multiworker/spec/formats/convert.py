@@ -129,7 +129,6 @@ def _carry_over(target: Target, parsed: Parsed) -> None:
         fields = list(dict.fromkeys(f for k, f in noted if k == kind))
         if fields:
             target.notes.append(f"not carried over ({KINDS[kind]}): {', '.join(fields)}")
-    target.notes += [n for n in parsed.notes if "restartPolicy differs" not in n]
 
 
 def _local_only(target: Target) -> None:

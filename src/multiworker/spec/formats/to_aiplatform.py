@@ -19,7 +19,6 @@ def write(t: Target) -> dict:
     spec = t.spec
     roles = t.roles(PLATFORM)
     job_dir = _job_dir(t, [r for _, _, r in roles])
-    configs: dict[str, dict[str, Any]] = {}
     programs = {}
     for role, replicas, program_role in roles:
         program = t.program(program_role)
@@ -37,22 +36,17 @@ def write(t: Target) -> dict:
             continue
         program, command, args, replicas = programs[role]
         machine = t.machine_keys(role, program.machine, _MACHINE, PLATFORM)
-        config = _config(program.image, master_image, role, command, [] if use_shared else args, machine)
         if machine.get("scale_tier"):
             _single_tier(t, ti, role, machine["scale_tier"], len(programs))
         else:
             if "machine_type" not in machine:
                 t.notes.append(f"pools.{role} has no machine.machine_type; AI Platform needs one: {DEFAULT_MACHINE_TYPE}")
             ti[f"{stem}Type"] = machine.get("machine_type", DEFAULT_MACHINE_TYPE)
-        if config:
-            configs[f"{stem}Config"] = config
         if role != "chief":
             ti[f"{stem}Count"] = replicas
-    if ti["scaleTier"] != "CUSTOM":
-        ti.pop("masterType", None)
-    for role, stem in TIERS:
-        if f"{stem}Config" in configs:
-            ti[f"{stem}Config"] = configs[f"{stem}Config"]
+        config = _config(program.image, master_image, role, command, [] if use_shared else args, machine)
+        if config:
+            ti[f"{stem}Config"] = config
     if use_shared and shared_args != {()}:
         ti["args"] = list(next(iter(shared_args)))
     if job_dir:

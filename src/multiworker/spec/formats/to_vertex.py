@@ -64,7 +64,9 @@ def _scheduling(t: Target) -> dict:
         out["timeout"] = f"{seconds(policy.active_deadline)}s"
     if policy.restart_policy == "Never":
         out["disableRetries"] = True
-    elif policy.restart_policy != "ExitCode":
+    else:
+        out["restartJobOnWorkerRestart"] = True  # a local job restarts its whole group too
+    if policy.restart_policy not in ("Never", "ExitCode"):
         message = ("Vertex AI restarts replicas only after system failures (like ExitCode: a kill or preemption), "
                    "never after an error in the program")
         if t.explicit("restart_policy"):
