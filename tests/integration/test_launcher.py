@@ -15,7 +15,7 @@ pytestmark = pytest.mark.integration
 
 def test_restart_then_success(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{chief: {}, worker: {replicas: 2}}")
-    proc = mw("run", str(spec), "--", "--fail-replica", "worker-1", "--fail-attempts", "1", home=mw_home)
+    proc = mw("run", str(spec), "--", "--epochs", "10", "--fail-replica", "worker-1", "--fail-attempts", "1", home=mw_home)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     doc = status(mw_home)
     assert doc["state"] == "Succeeded" and doc["restarts"] == 1
@@ -96,6 +96,21 @@ def test_sigkill_to_launcher_leaves_nothing(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{worker: {replicas: 2}, evaluator: {}}")
     launcher = mw_popen("run", str(spec), "-q", "--", "--epochs", "1000", home=mw_home)
     job = running_job(mw_home)
+    launcher.kill()
+    launcher.wait(timeout=30)
+    assert no_processes_left(job["id"])
+
+
+def test_grandchildren_die_with_a_killed_launcher(tmp_path, mw_home):
+    """A `command` replica whose shell starts a child: the watchdog kills the grandchild too."""
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: shells\ncommand: [bash, -c, 'sleep 300 & sleep 300; wait']\npools: {worker: {replicas: 2}}\n")
+    launcher = mw_popen("run", str(spec), "-q", home=mw_home)
+    job = running_job(mw_home)
+    from helpers import wait_for
+    from multiworker.backends.local.procs import processes_of_job
+
+    wait_for(lambda: len(processes_of_job(job["id"])) >= 6)  # 2 x (bash + 2 sleeps)
     launcher.kill()
     launcher.wait(timeout=30)
     assert no_processes_left(job["id"])

@@ -19,6 +19,7 @@ from pathlib import Path
 from multiworker.backends.local import procs
 from multiworker.backends.local.failures import ReplicaFailure, summarize
 from multiworker.backends.local.observer import NullObserver, Observer
+from multiworker.backends.local.watchdog import start_watchdog
 from multiworker.cluster import ReplicaId, primary_replica, replica_env, replica_ids
 from multiworker.faults import Injection, parse_injection
 from multiworker.metrics_line import parse_metric
@@ -82,12 +83,16 @@ class Supervisor:
         self.store.update_job(self.job_id, state="Running", started_at=self._started, supervisor_pid=os.getpid(),
                               heartbeat_at=self._started)
         self.output_dir.mkdir(parents=True, exist_ok=True)
+        watchdog = start_watchdog(self.job_id)
         try:
             state = self._loop()
         except BaseException as exc:  # never leave replicas or a Running record behind
             self._stop_all(reason="supervisor error")
             self._finish("Failed", f"supervisor error: {exc!r}", reason="Failed")
             raise
+        finally:
+            watchdog.kill()
+            watchdog.wait()
         return state
 
     # -- the restart loop ----------------------------------------------------------------
