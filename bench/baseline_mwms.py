@@ -71,7 +71,8 @@ def datasets(path, global_batch):
              .batch(global_batch).map(prep, num_parallel_calls=tf.data.AUTOTUNE)
              .prefetch(tf.data.AUTOTUNE).with_options(options))
     test = (tf.data.Dataset.from_tensor_slices((x_test, y_test)).batch(global_batch)
-            .map(prep).with_options(options))
+            .map(prep, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
+            .with_options(options))
     return train, test, len(x_train)
 
 
