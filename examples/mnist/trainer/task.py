@@ -36,7 +36,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("tensorflow").setLevel(logging.WARNING)  # per-step collective chatter
+    for noisy in ("tensorflow", "absl"):  # per-step collective and sharding chatter
+        logging.getLogger(noisy).setLevel(logging.WARNING)
     args = parse_args(argv)
     ctx = trainer.context()
     strategy = trainer.strategy()  # before any other TensorFlow work
