@@ -33,12 +33,18 @@ def job(tmp_path, mw_home):
     shutil.copy(CLOUD / "capture.Dockerfile", ctx / "Dockerfile")
     gcs, seen = tmp_path / "gcs", tmp_path / "seen"
 
-    def run(config: str, *options: str) -> tuple[dict, dict[str, dict]]:
-        proc = mw("run", str(CLOUD / config), "-q", *options, "--map-path", f"gs://my-bucket={gcs}",
-                  home=mw_home, cwd=ctx, env={"MW_CAPTURE_DIR": str(seen)})
-        assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    def run(config: str, *options: str, state: str = "Succeeded", restarts: int = 0) -> tuple[dict, dict[str, dict]]:
+        if "--" in options:  # keep the trainer's own args last
+            cut = options.index("--")
+            options = (*options[:cut], "--map-path", f"gs://my-bucket={gcs}", *options[cut:])
+        else:
+            options = (*options, "--map-path", f"gs://my-bucket={gcs}")
+        proc = mw("run", str(CLOUD / config), "-q", *options, home=mw_home, cwd=ctx, env={"MW_CAPTURE_DIR": str(seen)})
+        assert proc.returncode == (0 if state == "Succeeded" else 1), proc.stdout[-4000:] + proc.stderr[-2000:]
         doc = status(mw_home)
-        assert doc["state"] == "Succeeded" and doc["restarts"] == 0, doc
+        assert doc["state"] == state and doc["restarts"] == restarts, doc
+        if state != "Succeeded":
+            return doc, {}
         assert all(r["state"] == "Succeeded" and r["exit_code"] == 0 for r in doc["replicas"]), doc["replicas"]
         records = {p.stem: json.loads(p.read_text()) for p in sorted(seen.glob("*.json"))}
         assert sorted(records) == sorted(f"{r['role']}-{r['index']}" for r in doc["replicas"])
@@ -96,3 +102,17 @@ def test_tfjob_three_workers_with_dockerfile(job):
         assert record["cloud_flags"] == {"--saved_model_path": str(job.gcs / "saved_model_dir"),
                                          "--checkpoint_path": str(job.gcs / "checkpoints")}
         assert record["cwd"] == str(job.ctx)
+
+
+def test_vertex_config_restarts_after_a_kill(job):
+    """Vertex AI restarts only after system failures: locally ExitCode, so a killed replica restarts the group."""
+    doc, seen = job("vertex_config.yaml", "--image", f"{VERTEX_IMAGE}={ENTRY}", "--inject-failure", "worker-0@6s:KILL",
+                    "--set", "run_policy.backoff=1s", "--", "--epochs", "10", "--steps-per-epoch", "30",
+                    restarts=1)
+    check_tf_config(seen, {"chief": 1, "worker": 1})
+
+
+def test_tfjob_never_fails_after_a_kill(job):
+    """restartPolicy: Never (the TFJob's) means a killed worker fails the job, as on Kubernetes."""
+    job("tfjob.yaml", "--dockerfile", str(job.ctx / "Dockerfile"), "--set", "pools.worker.replicas=2",
+        "--inject-failure", "worker-1@6s:KILL", "--", "--epochs", "10", "--steps-per-epoch", "30", state="Failed")
