@@ -69,6 +69,12 @@ def _context(args: argparse.Namespace):
     return trainer.context(output_dir=base)
 
 
+def trainer_strategy_name(strategy) -> str:
+    """The strategy's public name (MultiWorkerMirroredStrategy's class is CollectiveAllReduceStrategy)."""
+    name = type(strategy).__name__.replace("V2", "")
+    return {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy", "_DefaultDistributionStrategy": "default"}.get(name, name)
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("tensorflow").setLevel(logging.WARNING)
@@ -113,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_per_epoch": steps_per_epoch,
         "batch_size": args.batch_size,
         "workers": len(ctx.cluster.get("worker", [])) or 1,
-        "strategy": type(strategy).__name__,
+        "strategy": trainer_strategy_name(strategy),
         "train_seconds": round(train_seconds, 3),
         "model_dir": model_dir,
     }
