@@ -227,6 +227,21 @@ def test_dockerfile_paths_in_args_are_translated(ctx):
                                          "args": [f"--config={ctx}/trainer/cfg.yaml"], "working_dir": str(ctx)}
 
 
+def test_dockerfile_env_is_noted(ctx):
+    path = dockerfile(ctx, """
+        FROM x
+        ENV PYTHONUNBUFFERED=1 MODE=train
+        ENV LEGACY value with spaces
+        COPY . /app
+        WORKDIR /app
+        ENTRYPOINT ["python", "-m", "trainer.task"]
+    """)
+    assert read_dockerfile(path).env == ["PYTHONUNBUFFERED", "MODE", "LEGACY"]
+    loaded = load_job(CLOUD / "tfjob.yaml", dockerfile=str(path), map_paths=["gs://my-bucket=./o"], cwd=ctx)
+    assert f"{path}: ENV is not applied locally (PYTHONUNBUFFERED, MODE, LEGACY); set `env` in the spec if needed" \
+        in loaded.notes
+
+
 @pytest.mark.parametrize(
     "text,message",
     [

@@ -244,10 +244,10 @@ def finish(parsed: Parsed, name: str, pools: dict[str, dict], job: dict) -> Pars
         first = pools[active[0]]
         program = (first.get("module"), first.get("command"))
         if all((pools[r].get("module"), pools[r].get("command")) == program for r in active):
-            for role, key in ((active[0], "module"), (active[0], "command")):
+            for key in ("module", "command"):
                 if first.get(key) is not None:
                     job[key] = first[key]
-                    parsed.origins.setdefault(key, parsed.origins.get(f"pools.{role}.{key}", ""))
+                    _move_origins(parsed, f"pools.{active[0]}.{key}", key)
             for p in pools.values():
                 p.pop("module", None)
                 p.pop("command", None)

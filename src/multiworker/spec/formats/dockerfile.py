@@ -29,6 +29,7 @@ class Dockerfile:
     entrypoint_shell: bool = False
     cmd: list[str] | None = None
     copies: list[tuple[str, Path]] = dataclasses.field(default_factory=list)
+    env: list[str] = dataclasses.field(default_factory=list)  # ENV names, which a local run does not set
 
     def argv(self, args: list[str]) -> tuple[list[str], bool]:
         """The container's command line for ``args`` as Docker builds it; True if args were ignored."""
@@ -72,10 +73,12 @@ def read_dockerfile(path: str | Path) -> Dockerfile:
         where = f"line {lineno}"
         if instruction == "FROM":
             df = Dockerfile(path=path, context=context)
-            variables = {k: v for k, v in variables.items() if k.startswith("ARG:")}
+            variables = {}
         elif instruction in ("ARG", "ENV"):
             for key, value in _assignments(rest):
                 variables[key] = value
+                if instruction == "ENV" and key not in df.env:
+                    df.env.append(key)
         elif instruction == "WORKDIR":
             df.workdir = posixpath.normpath(posixpath.join(df.workdir, _expand(rest.strip(), variables)))
         elif instruction in ("COPY", "ADD"):

@@ -89,6 +89,8 @@ def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dock
     cloud = parsed.format != "native"
     _map_paths(native, parsed, paths, source=source, strict=strict)
     df = read_dockerfile(dockerfile) if dockerfile else None
+    if df is not None and df.env:
+        notes.append(f"{df.path}: ENV is not applied locally ({', '.join(df.env)}); set `env` in the spec if needed")
     used: set[str] = set()
     pools = native.get("pools") or {}
     for role, pool in pools.items():
@@ -119,7 +121,7 @@ def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dock
                 )
             else:
                 continue
-            _set_program(pool, argv, df, wd)
+            _set_program(pool, argv, df if entry is None else None, None if prog["working_dir"] else wd)
         elif cloud:
             wd = cwd
             if entry is None and df is not None:
