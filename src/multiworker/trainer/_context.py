@@ -57,7 +57,7 @@ class Context:
 
     @property
     def strategy(self) -> Any:
-        """The process's tf.distribute strategy (see :func:`multiworker.trainer._strategy`)."""
+        """The process's tf.distribute strategy (see :func:`multiworker.trainer.strategy`)."""
         from multiworker.trainer._strategy import strategy
 
         return strategy(self)
@@ -69,6 +69,9 @@ def context(environ: Mapping[str, str] | None = None, **overrides: Any) -> Conte
     Overrides let a trainer run by hand pick its directories, e.g.
     ``context(output_dir="/tmp/run1")`` (the other directories then follow it unless given).
     """
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(Context)}
+    if unknown:
+        raise TypeError(f"context() got unknown override(s) {sorted(unknown)}")
     environ = os.environ if environ is None else environ
     config = _env.read_tf_config(environ)
     cluster = {k: list(v) for k, v in (config.get("cluster") or {}).items()}
@@ -103,8 +106,5 @@ def context(environ: Mapping[str, str] | None = None, **overrides: Any) -> Conte
         threads=_env.env_int("MULTIWORKER_THREADS", environ),
         **dirs,
     )
-    unknown = set(overrides) - {f.name for f in dataclasses.fields(Context)}
-    if unknown:
-        raise TypeError(f"context() got unknown override(s) {sorted(unknown)}")
     return dataclasses.replace(ctx, **{k: v for k, v in overrides.items() if k != "output_dir"},
                                output_dir=dirs["output_dir"])
