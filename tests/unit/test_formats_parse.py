@@ -390,3 +390,23 @@ def test_malformed_input_is_one_line_error(tmp_path, data, field, message):
     assert field in (info.value.field or ""), text
     assert message in text, text
     assert "\n" not in text
+
+
+@pytest.mark.parametrize(
+    "fields,task_type",
+    [
+        ({"masterConfig": {"imageUri": "i"}}, "master"),
+        ({"masterConfig": {"imageUri": "i"}, "useChiefInTfConfig": False}, "master"),
+        ({"masterConfig": {"imageUri": "i"}, "useChiefInTfConfig": True}, "chief"),
+        ({"pythonModule": "t.task", "packageUris": ["p.tar.gz"], "runtimeVersion": "1.15"}, "master"),
+        ({"pythonModule": "t.task", "packageUris": ["p.tar.gz"], "runtimeVersion": "2.11"}, "chief"),
+    ],
+    ids=["container-default", "container-false", "container-true", "runtime-1.15", "runtime-2.11"],
+)
+def test_aiplatform_chief_or_master(tmp_path, fields, task_type):
+    """Custom containers follow useChiefInTfConfig; runtime versions 2.1 and later use `chief`."""
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump({"trainingInput": {"scaleTier": "CUSTOM", "masterType": "n1-standard-4",
+                                                      "workerType": "n1-standard-4", "workerCount": 1, **fields}}))
+    native = parse_job(path).native
+    assert native.get("chief_task_type", "chief") == task_type

@@ -82,7 +82,7 @@ def load_job(
         path=path,
         base_dir=path.resolve().parent,
         format=parsed.format,
-        notes=tuple(parsed.all_notes() + notes),
+        notes=tuple(dict.fromkeys(parsed.all_notes() + notes)),
     )
     if check:
         check_programs(loaded)
