@@ -1,59 +1,130 @@
-"""Reading jobs back: the status document, and truthful state when a supervisor is gone."""
+"""Reading jobs back: truthful state when a supervisor is gone, and the documents that
+``list``, ``status`` and ``describe`` print (as tables or ``--json``)."""
 
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import time
 
 from multiworker.backends.local import procs
 from multiworker.store import TERMINAL_STATES, Store
 
-__all__ = ["job_status", "refresh_liveness", "HEARTBEAT_STALE"]
+__all__ = [
+    "job_status",
+    "job_rows",
+    "describe_job",
+    "refresh_liveness",
+    "supervisor_alive",
+    "primary_name",
+    "HEARTBEAT_STALE",
+]
 
-# A running job whose supervisor is gone and whose heartbeat is older than this is Lost.
+log = logging.getLogger(__name__)
+
+# A live supervisor beats about once a second; older than this is shown as a warning.
 HEARTBEAT_STALE = 10.0
+# A Pending job whose launcher never recorded a supervisor is given this long to start.
+_PENDING_GRACE = 60.0
+
+
+def supervisor_alive(job: dict) -> bool:
+    """Whether the job's supervisor process still exists (and is not a later process reusing its pid)."""
+    pid = job.get("supervisor_pid")
+    if not procs.pid_alive(pid):
+        return False
+    try:
+        import psutil
+
+        created = psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - gone meanwhile, or no access: trust the pid
+        return procs.pid_alive(pid)
+    # The supervisor started before its last heartbeat; a process born after it is someone else.
+    last_seen = job.get("heartbeat_at") or job.get("started_at") or job["created_at"]
+    return created <= last_seen + 2.0
 
 
 def refresh_liveness(store: Store, job_id: str) -> dict:
-    """If the job claims to run but its supervisor is gone, record Lost and stop any stray replica."""
+    """If the job claims to run but its supervisor is gone, record Lost and stop any stray replica.
+
+    A supervisor records the final state before it exits, so a dead supervisor with a live state
+    (re-read after the pid check) means it died abruptly: SIGKILL, OOM killer, reboot.
+    """
     job = store.get_job(job_id)
     if job["state"] in TERMINAL_STATES or job.get("backend", "local") != "local":
         return job
+    if job["supervisor_pid"] is None:
+        if job["state"] != "Pending" or time.time() - job["created_at"] < _PENDING_GRACE:
+            return job
+    elif supervisor_alive(job):
+        return job
+    job = store.get_job(job_id)  # it may have finished between the first read and the pid check
+    if job["state"] in TERMINAL_STATES:
+        return job
     heartbeat = job.get("heartbeat_at") or job["created_at"]
-    if procs.pid_alive(job["supervisor_pid"]) or time.time() - heartbeat < HEARTBEAT_STALE:
-        return job
-    if job["state"] == "Pending" and job["supervisor_pid"] is None and time.time() - job["created_at"] < 60:
-        return job
     strays = procs.processes_of_job(job_id)
     for pid in strays:
         procs.signal_group(pid, signal.SIGKILL)
-    message = f"the supervisor (pid {job['supervisor_pid']}) is gone; last heartbeat {time.time() - heartbeat:.0f}s ago"
+    if job["supervisor_pid"] is None:
+        message = f"the launcher never started a supervisor ({time.time() - job['created_at']:.0f}s ago)"
+    else:
+        message = (f"the supervisor (pid {job['supervisor_pid']}) is gone; "
+                   f"last heartbeat {time.time() - heartbeat:.0f}s ago")
     if strays:
         message += f"; killed {len(strays)} leftover replica process(es)"
-    store.update_job(job_id, state="Lost", finished_at=time.time(), message=message)
-    for rep in store.replicas(job_id):
-        if rep["state"] in ("Pending", "Running"):
-            store.upsert_replica(job_id, rep["role"], rep["idx"], state="Lost")
-    store.add_event(job_id, "Lost", message, warning=True)
+    log.info("job %s: %s", job_id, message)
+    with store.transaction() as conn:
+        row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+        if row["state"] in TERMINAL_STATES:  # another reader recorded it first
+            return store.get_job(job_id)
+        conn.execute("UPDATE jobs SET state = 'Lost', finished_at = ?, message = ? WHERE id = ?",
+                     (time.time(), message, job_id))
+        conn.execute("UPDATE replicas SET state = 'Lost' WHERE job_id = ? AND state IN ('Pending', 'Running')",
+                     (job_id,))
+        conn.execute("INSERT INTO events (job_id, ts, type, reason, replica, message) VALUES (?, ?, ?, ?, ?, ?)",
+                     (job_id, time.time(), "Warning", "Lost", None, message))
     return store.get_job(job_id)
+
+
+def primary_name(job: dict) -> str:
+    """The replica whose metrics speak for the job: the chief, else worker-0."""
+    chief = json.loads(job["spec_json"]).get("pools", {}).get("chief")
+    return "chief-0" if chief is not None and chief.get("replicas", 1) > 0 else "worker-0"
+
+
+def _duration(job: dict) -> float | None:
+    start = job["started_at"]
+    if start is None:
+        return None
+    return round((job["finished_at"] or time.time()) - start, 3)
+
+
+def _last_by_replica(rows: list[dict]) -> dict[str, dict]:
+    out: dict[str, dict] = {}
+    for row in rows:
+        out[row["replica"]] = row["data"]
+    return out
 
 
 def job_status(store: Store, job_id: str) -> dict:
     """The status document of ``multiworker status --json``."""
     job = refresh_liveness(store, job_id)
-    end = job["finished_at"] or time.time()
-    metrics = store.metrics(job_id, "epoch")
-    last = metrics[-1]["data"] if metrics else None
-    finals = [m["data"] for m in store.metrics(job_id, "final")]
-    evals = [m["data"] for m in store.metrics(job_id, "eval")]
-    samples: dict[str, dict] = {}
-    for row in store.samples(job_id)[-200:]:
-        samples[row["replica"]] = row
+    primary = primary_name(job)
+    epoch_rows = store.metrics(job_id, "epoch")
+    per_replica = _last_by_replica(epoch_rows)
+    last = per_replica.get(primary) or (epoch_rows[-1]["data"] if epoch_rows else None)
+    finals = store.metrics(job_id, "final")
+    evals = store.metrics(job_id, "eval")
+    samples = store.latest_samples(job_id)
+    progress = store.progress(job_id)
     replicas = []
     for r in store.replicas(job_id):
         name = f"{r['role']}-{r['idx']}"
         sample = samples.get(name) if r["state"] == "Running" else None
+        prog = progress.get(name)
+        if prog is not None and (prog["attempt"] != r["attempt"] or r["state"] != "Running"):
+            prog = None
         replicas.append({
             "role": r["role"],
             "index": r["idx"],
@@ -63,11 +134,17 @@ def job_status(store: Store, job_id: str) -> dict:
             "port": r["port"],
             "exit_code": r["exit_code"],
             "attempt": r["attempt"],
+            "started_at": r["started_at"],
+            "finished_at": r["finished_at"],
             "cpu_percent": sample["cpu_percent"] if sample else None,
             "rss_bytes": sample["rss_bytes"] if sample else None,
+            "progress": {k: prog[k] for k in ("epoch", "epochs", "step", "steps", "steps_per_sec")} if prog else None,
+            "last_metrics": per_replica.get(name),
             "log": r["log_path"],
         })
     options = json.loads(job["options_json"] or "{}")
+    heartbeat = job.get("heartbeat_at")
+    running = job["state"] not in TERMINAL_STATES
     return {
         "id": job["id"],
         "name": job["name"],
@@ -75,21 +152,73 @@ def job_status(store: Store, job_id: str) -> dict:
         "backend": job["backend"],
         "format": job["format"],
         "restarts": job["restarts"],
+        "attempt": max((r["attempt"] for r in replicas), default=0),
         "output_dir": job["output_dir"],
         "job_dir": job["job_dir"],
         "spec_path": job["spec_path"],
         "created_at": job["created_at"],
         "started_at": job["started_at"],
         "finished_at": job["finished_at"],
-        "duration_seconds": round(end - (job["started_at"] or job["created_at"]), 3),
+        "duration_seconds": _duration(job) or 0.0,
         "message": job["message"],
         "supervisor_pid": job["supervisor_pid"],
+        "heartbeat_age_seconds": round(time.time() - heartbeat, 1) if heartbeat and running else None,
         "trainer_args": options.get("trainer_args", []),
         "inject_failures": options.get("inject_failures", []),
         "epoch": last.get("epoch") if last else None,
         "epochs": last.get("epochs") if last else None,
+        "images_per_sec": last.get("images_per_sec") if last else None,
         "last_metrics": last,
-        "final_metrics": finals[-1] if finals else None,
-        "eval_metrics": evals[-1] if evals else None,
+        "final_metrics": finals[-1]["data"] if finals else None,
+        "eval_metrics": evals[-1]["data"] if evals else None,
         "replicas": replicas,
+    }
+
+
+def job_rows(store: Store, limit: int | None = None) -> list[dict]:
+    """One row per job for ``multiworker list``, newest first, with Lost detection applied."""
+    jobs = store.list_jobs(limit)
+    for i, job in enumerate(jobs):
+        if job["state"] not in TERMINAL_STATES:
+            jobs[i] = refresh_liveness(store, job["id"])
+    counts = store.replica_summary()
+    now = time.time()
+    rows = []
+    for job in jobs:
+        by_state = counts.get(job["id"], {})
+        total = sum(by_state.values()) or _desired_replicas(job)
+        rows.append({
+            "id": job["id"],
+            "name": job["name"],
+            "state": job["state"],
+            "replicas": total,
+            "running": by_state.get("Running", 0),
+            "replica_states": by_state,
+            "restarts": job["restarts"],
+            "created_at": job["created_at"],
+            "age_seconds": round(now - job["created_at"], 1),
+            "started_at": job["started_at"],
+            "finished_at": job["finished_at"],
+            "duration_seconds": _duration(job),
+        })
+    return rows
+
+
+def _desired_replicas(job: dict) -> int:
+    pools = json.loads(job["spec_json"]).get("pools", {})
+    return sum(int(p.get("replicas", 1)) for p in pools.values())
+
+
+def describe_job(store: Store, job_id: str) -> dict:
+    """``multiworker describe``: the resolved spec, options, attempts, replicas and every event."""
+    status = job_status(store, job_id)
+    job = store.get_job(job_id)
+    options = json.loads(job["options_json"] or "{}")
+    return {
+        "status": {k: v for k, v in status.items() if k != "replicas"},
+        "spec": json.loads(job["spec_json"]),
+        "options": options,
+        "attempts": store.attempts(job_id),
+        "replicas": status["replicas"],
+        "events": [{k: e[k] for k in ("id", "ts", "type", "reason", "replica", "message")} for e in store.events(job_id)],
     }

@@ -255,6 +255,11 @@ class Store:
     def events(self, job_id: str, after_id: int = 0) -> list[dict]:
         return self._all("SELECT * FROM events WHERE job_id = ? AND id > ? ORDER BY id", job_id, after_id)
 
+    def recent_events(self, job_id: str, n: int) -> list[dict]:
+        """The last ``n`` events, oldest first."""
+        rows = self._all("SELECT * FROM events WHERE job_id = ? ORDER BY id DESC LIMIT ?", job_id, n)
+        return rows[::-1]
+
     def add_metric(self, job_id: str, attempt: int, replica: str, data: dict) -> None:
         self._conn.execute(
             "INSERT INTO metrics (job_id, attempt, replica, ts, kind, epoch, step, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
