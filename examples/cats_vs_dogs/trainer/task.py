@@ -39,7 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def trainer_strategy_name(strategy) -> str:
+def strategy_name(strategy) -> str:
     """The strategy's public name (MultiWorkerMirroredStrategy's class is CollectiveAllReduceStrategy)."""
     name = type(strategy).__name__.replace("V2", "")
     return {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy", "_DefaultDistributionStrategy": "default"}.get(name, name)
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "majority_accuracy": round(val_counts[majority] / max(sum(val_counts), 1), 4),
         "classes": classes,
         "precision": args.precision,
-        "strategy": trainer_strategy_name(strategy),
+        "strategy": strategy_name(strategy),
         "replicas_in_sync": strategy.num_replicas_in_sync,
         "epochs_run": len(history.epoch),
         "global_batch_size": global_batch,
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "train_seconds": round(train_seconds, 3),
         "model_dir": model_dir,
     })
-    log.info("held-out accuracy %.3f (%s, %s)", val_accuracy, args.precision, trainer_strategy_name(strategy))
+    log.info("held-out accuracy %.3f (%s, %s)", val_accuracy, args.precision, strategy_name(strategy))
     return 0
 
 

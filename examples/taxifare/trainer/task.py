@@ -69,7 +69,7 @@ def _context(args: argparse.Namespace):
     return trainer.context(output_dir=base)
 
 
-def trainer_strategy_name(strategy) -> str:
+def strategy_name(strategy) -> str:
     """The strategy's public name (MultiWorkerMirroredStrategy's class is CollectiveAllReduceStrategy)."""
     name = type(strategy).__name__.replace("V2", "")
     return {"CollectiveAllReduceStrategy": "MultiWorkerMirroredStrategy", "_DefaultDistributionStrategy": "default"}.get(name, name)
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         "steps_per_epoch": steps_per_epoch,
         "batch_size": args.batch_size,
         "workers": len(ctx.cluster.get("worker", [])) or 1,
-        "strategy": trainer_strategy_name(strategy),
+        "strategy": strategy_name(strategy),
         "train_seconds": round(train_seconds, 3),
         "model_dir": model_dir,
     }
