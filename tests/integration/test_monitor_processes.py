@@ -54,8 +54,9 @@ def test_detached_mnist_status_running_then_succeeded(mw_home):
 
 
 def test_logs_replica_and_follow_across_a_restart_end_with_the_job(tmp_path, mw_home):
-    spec = fake_spec(tmp_path, "{worker: {replicas: 2}}", "{backoff: 0.5}")
-    job_id = detach(mw_home, spec, "--", "--epochs", "6", "--epoch-seconds", "0.3",
+    # the back-off gives the follower time to start before attempt 1 does
+    spec = fake_spec(tmp_path, "{worker: {replicas: 2}}", "{backoff: 3}")
+    job_id = detach(mw_home, spec, "--", "--epochs", "4", "--epoch-seconds", "0.5",
                     "--fail-replica", "worker-1", "--fail-attempts", "1")
     follower = mw_bg(mw_home, "logs", job_id, "--replica", "worker-1", "--follow")
     out, err = follower.communicate(timeout=120)
