@@ -29,7 +29,7 @@ integration: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests/integration
 
 bench: $(STAMP)
-	$(BIN)/python bench/run_all.py
+	$(BIN)/python bench/mnist_vs_baseline.py --rounds 2
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .pytest_cache

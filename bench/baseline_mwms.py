@@ -100,6 +100,7 @@ def main(argv=None):
         "images_per_sec": round(global_batch * steps * args.epochs / train_seconds, 1),
         "test_accuracy": round(float(accuracy), 5), "test_loss": round(float(loss), 5),
         "wall_seconds": round(time.time() - WALL_START, 3),
+        "fit_start_unix": round(start, 3),
     }), flush=True)
     return 0
 

@@ -70,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "train_seconds": round(train_seconds, 3),
         "images_per_sec": round(global_batch * steps * epochs_run / train_seconds, 1) if epochs_run else None,
         "startup_seconds": round(fit_start - WALL_START, 3),
+        "fit_start_unix": round(fit_start, 3),
         "test_eval_seconds": round(eval_done - fit_start - train_seconds, 3),
         "save_seconds": round(time.time() - eval_done, 3),
         "wall_seconds": round(time.time() - WALL_START, 3),
