@@ -32,7 +32,7 @@ def test_restart_then_success(tmp_path, mw_home):
 
 def test_failure_summary_names_the_replica(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{worker: {replicas: 2}}", "{restart_policy: OnFailure, backoff_limit: 1, backoff: 0.1}")
-    proc = mw("run", str(spec), "-q", "--", "--fail-replica", "worker-1", home=mw_home)
+    proc = mw("run", str(spec), "-q", "--", "--epochs", "10", "--fail-replica", "worker-1", home=mw_home)
     assert proc.returncode == 1
     out = proc.stdout
     assert "Failed" in out and "root cause: worker-1" in out and "exit code 1" in out

@@ -3,6 +3,7 @@ events, and the final summary."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 from rich.console import Console
@@ -13,6 +14,12 @@ from multiworker.backends.local.observer import Observer
 __all__ = ["ConsoleObserver", "format_progress"]
 
 _COLORS = {"chief": "magenta", "worker": "cyan", "ps": "yellow", "evaluator": "green"}
+# TensorFlow's C++ INFO/WARNING log lines and start-up banners: kept in the log files, hidden on
+# the console unless --verbose (errors, E..., always show).
+_NOISE = re.compile(
+    r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl|Example stragglers:|/job:\w+/replica:|"
+    r"To enable the following instructions: |E\d{4} .*(cuInit|cuda_platform|cuda_dnn|cuda_blas|cuda_fft))"
+)
 _SKIP_KEYS = {"kind", "epoch", "epochs", "step", "steps", "seconds", "images_per_sec", "time"}
 
 
@@ -41,8 +48,9 @@ def _headline(key: str, value) -> bool:
 class ConsoleObserver(Observer):
     """Prints to the terminal; ``quiet`` hides the replicas' own output."""
 
-    def __init__(self, *, quiet: bool = False, console: Console | None = None):
+    def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None):
         self.quiet = quiet
+        self.verbose = verbose
         self.console = console or Console(stderr=False, highlight=False, soft_wrap=True)
 
     def _prefix(self, replica: str) -> str:
@@ -50,7 +58,7 @@ class ConsoleObserver(Observer):
         return f"[{color}]\\[{replica}][/{color}]"
 
     def on_line(self, replica: str, line: str) -> None:
-        if not self.quiet:
+        if not self.quiet and (self.verbose or not _NOISE.match(line)):
             self.console.print(f"{self._prefix(replica)} {escape(line)}")
 
     def on_metric(self, replica: str, metric: dict, *, primary: bool) -> None:

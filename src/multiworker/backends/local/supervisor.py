@@ -78,6 +78,9 @@ class Supervisor:
 
     # -- public ------------------------------------------------------------------------
     def run(self) -> str:
+        state = self.store.get_job(self.job_id)["state"]
+        if state != "Pending":  # e.g. cancelled before its supervisor started
+            return state
         self._install_signal_handlers()
         self._started = time.time()
         self.store.update_job(self.job_id, state="Running", started_at=self._started, supervisor_pid=os.getpid(),
@@ -166,8 +169,8 @@ class Supervisor:
                 self._stop_all("deadline")
                 return "deadline", f"active_deadline of {deadline:g}s exceeded; stopped every replica"
             newly = [r for r in self.replicas.values() if r.exit_code is None and r.proc.poll() is not None]
-            # Of replicas found dead in one tick, one killed by a signal is likelier the cause.
-            newly.sort(key=lambda r: (normalize_exit_code(r.proc.returncode) <= 128, r.rid))
+            # Failures before successes; a signal kill is likelier the cause than an error exit.
+            newly.sort(key=lambda r: (r.proc.returncode == 0, normalize_exit_code(r.proc.returncode) <= 128, r.rid))
             for rep in newly:
                 rep.exit_code = normalize_exit_code(rep.proc.returncode)
                 exits[rep.rid] = rep.exit_code
