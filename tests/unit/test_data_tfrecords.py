@@ -163,3 +163,13 @@ def test_cli_json_and_errors(image_tree, tmp_path):
 
     bad = runner.invoke(app, ["data", "tfrecords", str(tmp_path / "nope"), str(tmp_path / "o")])
     assert isinstance(bad.exception, UserError)
+
+
+def test_interrupted_conversion_leaves_no_shard_or_manifest(image_tree, tmp_path):
+    def interrupt(done, total):
+        if done == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        images_to_tfrecords(str(image_tree), str(tmp_path), size=16, progress=interrupt)
+    assert list(tmp_path.iterdir()) == []

@@ -35,7 +35,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 MANIFEST_NAME = "manifest.json"
-FEATURES = ("image/encoded", "image/class/label")
 
 
 @dataclass
@@ -148,7 +147,10 @@ class _ShardSet:
 def _encode_all(
     files: list[ImageFile], process, seed: int, workers: int
 ) -> Iterator[tuple[ImageFile, list[bytes] | None, str | None]]:
-    """Yield (file, encoded images or None, error) in input order, ``workers`` files at a time."""
+    """Yield (file, encoded images or None, error) in input order, ``workers`` files at a time.
+
+    Files go to the pool in bounded chunks, so memory does not grow with the number of files.
+    """
     import tensorflow as tf
 
     def one(idx_f: tuple[int, ImageFile]):
@@ -159,8 +161,10 @@ def _encode_all(
         except tf.errors.OpError as exc:
             return f, None, _reason(exc)
 
+    chunk = workers * 16
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        yield from pool.map(one, enumerate(files))
+        for start in range(0, len(files), chunk):
+            yield from pool.map(one, enumerate(files[start:start + chunk], start))
 
 
 def _reason(exc) -> str:
@@ -250,6 +254,9 @@ def images_to_tfrecords(
             shard_files[split] = [posixpath.basename(p) for p in shard_set.final]
         if sum(counts.values()) == 0:
             raise UserError(f"{src}: no file decoded as an image ({len(skipped)} skipped)")
+        old_manifest = posixpath.join(dst, MANIFEST_NAME)
+        if tf.io.gfile.exists(old_manifest):  # a manifest always describes the shards beside it
+            tf.io.gfile.remove(old_manifest)
         for shard_set in writers:
             shard_set.commit()
     except BaseException:
