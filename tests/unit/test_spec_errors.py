@@ -116,3 +116,10 @@ def test_schema_export():
 
     schema = json.loads(proc.stdout)
     assert "pools" in schema["properties"] and "run_policy" in schema["properties"]
+
+
+@pytest.mark.parametrize("argv", [["convert", "x", "--bogus"], ["run"], ["stats"]], ids=["bad-option", "missing-arg", "bad-command"])
+def test_cli_usage_errors_exit_2_without_traceback(argv):
+    proc = subprocess.run([sys.executable, "-m", "multiworker", *argv], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr and "Error:" in proc.stderr

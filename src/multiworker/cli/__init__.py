@@ -66,9 +66,8 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # click usage errors arrive here in non-standalone mode
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException) and not debug:
+        # typer may vendor click (typer._click), so recognise ClickException by its shape.
+        if hasattr(exc, "show") and hasattr(exc, "exit_code") and not debug:
             exc.show()
-            sys.exit(2)
+            sys.exit(exc.exit_code if exc.exit_code else 2)
         raise
