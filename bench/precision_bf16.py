@@ -1,10 +1,11 @@
 """Benchmark: training images/s with mixed_bfloat16 vs float32 on this CPU.
 
 examples/cats_vs_dogs' CNN on in-memory random images (so only compute is measured), same
-batch size and steps for both policies, one run each after a warm-up epoch. bfloat16 pays on
-CPUs with AVX512-BF16 or AMX; elsewhere TensorFlow emulates it. Prints one JSON object.
+batch size and steps for both policies; after a warm-up, timed runs alternate between them and
+the medians are compared. bfloat16 pays on CPUs with AVX512-BF16 or AMX; elsewhere TensorFlow
+emulates it. Prints one JSON object.
 
-    .venv/bin/python bench/precision_bf16.py [--size 128] [--steps 30] [--epochs 3]
+    .venv/bin/python bench/precision_bf16.py [--size 128] [--steps 20] [--repeats 5]
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import argparse
 import importlib.util
 import json
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -38,25 +40,26 @@ def _cpu_flags() -> dict:
     return {f: f in flags for f in ("avx512f", "avx512_bf16", "amx_bf16", "amx_tile")}
 
 
-def _images_per_sec(cvd, keras, tf, precision: str, args) -> float:
+def _build(cvd, keras, precision: str, size: int):
     keras.mixed_precision.set_global_policy(precision)
     keras.utils.set_random_seed(0)
-    x = tf.random.uniform([args.batch_size * 4, args.size, args.size, 3])
-    y = tf.random.uniform([args.batch_size * 4], maxval=2, dtype=tf.int64)
-    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size).repeat().prefetch(4)
-    model = cvd.build_model(args.size, 2)
-    model.fit(ds, epochs=1, steps_per_epoch=args.steps, verbose=0)  # warm-up: tracing, oneDNN kernels
+    model = cvd.build_model(size, 2)
+    keras.mixed_precision.set_global_policy("float32")
+    return model
+
+
+def _timed_fit(model, ds, steps: int, batch_size: int) -> float:
     start = time.perf_counter()
-    model.fit(ds, epochs=args.epochs, steps_per_epoch=args.steps, verbose=0)
-    return args.batch_size * args.steps * args.epochs / (time.perf_counter() - start)
+    model.fit(ds, epochs=1, steps_per_epoch=steps, verbose=0)
+    return batch_size * steps / (time.perf_counter() - start)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--size", type=int, default=128)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--steps", type=int, default=30)
-    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--steps", type=int, default=20, help="steps per timed run")
+    p.add_argument("--repeats", type=int, default=5, help="timed runs per precision, interleaved")
     args = p.parse_args()
 
     import tensorflow as tf
@@ -64,10 +67,23 @@ def main() -> int:
 
     cvd = _cvd_model()
     out: dict = {"benchmark": "mixed_bfloat16_vs_float32", "model": "examples/cats_vs_dogs CNN",
-                 "size": args.size, "batch_size": args.batch_size, "steps_timed": args.steps * args.epochs,
-                 "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(), "tensorflow": tf.__version__}
-    for precision in ("float32", "mixed_bfloat16"):
-        out[f"{precision}_images_per_sec"] = round(_images_per_sec(cvd, keras, tf, precision, args), 1)
+                 "size": args.size, "batch_size": args.batch_size, "steps_per_run": args.steps,
+                 "repeats": args.repeats, "cpu_count": os.cpu_count(), "cpu_flags": _cpu_flags(),
+                 "tensorflow": tf.__version__}
+    x = tf.random.uniform([args.batch_size * 4, args.size, args.size, 3], seed=1)
+    y = tf.random.uniform([args.batch_size * 4], maxval=2, dtype=tf.int64, seed=2)
+    ds = tf.data.Dataset.from_tensor_slices((x, y)).batch(args.batch_size).repeat().prefetch(4)
+    precisions = ("float32", "mixed_bfloat16")
+    models = {p: _build(cvd, keras, p, args.size) for p in precisions}
+    for model in models.values():  # warm-up: tracing, oneDNN kernel selection
+        _timed_fit(model, ds, 3, args.batch_size)
+    samples: dict[str, list[float]] = {p: [] for p in precisions}
+    for _ in range(args.repeats):  # interleaved, so drifting machine load hits both alike
+        for p in precisions:
+            samples[p].append(round(_timed_fit(models[p], ds, args.steps, args.batch_size), 1))
+    for p in precisions:
+        out[f"{p}_images_per_sec"] = statistics.median(samples[p])
+        out[f"{p}_samples"] = samples[p]
     out["bf16_speedup"] = round(out["mixed_bfloat16_images_per_sec"] / out["float32_images_per_sec"], 2)
     print(json.dumps(out, indent=2))
     return 0
