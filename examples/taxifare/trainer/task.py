@@ -93,13 +93,17 @@ def main(argv: list[str] | None = None) -> int:
 
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
-    eval_ds = taxi.load_dataset(args.eval_data_path, args.batch_size, training=False).with_options(options)
-
-    if isinstance(strategy, tf.distribute.ParameterServerStrategy):
-        train_data = train_fn  # each worker builds its own pipeline (a DatasetCreator)
-    else:
-        train_data = taxi.load_dataset(args.train_data_path, args.batch_size, training=True,
-                                       seed=args.seed).with_options(options)
+    try:
+        eval_ds = taxi.load_dataset(args.eval_data_path, args.batch_size, training=False).with_options(options)
+        if isinstance(strategy, tf.distribute.ParameterServerStrategy):
+            taxi.load_dataset(args.train_data_path, 1, training=False)  # fail here, not on a worker
+            train_data = train_fn  # each worker builds its own pipeline (a DatasetCreator)
+        else:
+            train_data = taxi.load_dataset(args.train_data_path, args.batch_size, training=True,
+                                           seed=args.seed).with_options(options)
+    except FileNotFoundError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     with strategy.scope():
         model = taxi.build_model(nbuckets=args.nbuckets, nnsize=args.nnsize, lr=args.lr)
 
