@@ -78,6 +78,10 @@ def datasets(path, global_batch):
 
 def main(argv=None):
     args = parse_args(argv)
+    # Same thread budget as multiworker gives its replicas (a careful hand launch sets it too).
+    if os.environ.get("TF_NUM_INTRAOP_THREADS"):
+        tf.config.threading.set_intra_op_parallelism_threads(int(os.environ["TF_NUM_INTRAOP_THREADS"]))
+        tf.config.threading.set_inter_op_parallelism_threads(int(os.environ["TF_NUM_INTEROP_THREADS"]))
     tf_config = json.loads(os.environ.get("TF_CONFIG") or "{}")
     task = tf_config.get("task", {})
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
