@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,23 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from multiworker.backends.local.procs import free_ports
 from multiworker.metrics_line import parse_metric
 
 pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mnist"
 TINY = ["--steps-per-epoch", "5", "--batch-size", "32"]
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 class HandLaunched:
