@@ -174,6 +174,9 @@ class Store:
             raise JobNotFound(f"no job {job_id!r}; `multiworker list` shows the jobs")
         return job
 
+    def has_job(self, job_id: str) -> bool:
+        return self._one("SELECT 1 AS x FROM jobs WHERE id = ?", job_id) is not None
+
     def list_jobs(self, limit: int | None = None) -> list[dict]:
         sql = "SELECT * FROM jobs ORDER BY created_at DESC"
         return self._all(sql + (f" LIMIT {int(limit)}" if limit else ""))

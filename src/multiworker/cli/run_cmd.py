@@ -15,7 +15,7 @@ __all__ = ["register", "load_from_cli"]
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
                   dockerfile: Optional[Path], map_paths: list[str]):
-    """Shared by run, validate and convert: every format, every mapping option."""
+    """Shared by run and validate: every format, made local with every mapping option."""
     from multiworker.spec.formats import load_job
 
     return load_job(spec_file, format=fmt, overrides=overrides or (), images=images or (),

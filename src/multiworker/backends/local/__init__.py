@@ -28,11 +28,7 @@ def create_job(
     injections = [parse_injection(t) for t in inject_failures]
     check_injections(loaded.spec, injections)
     job_id = new_job_id()
-    while True:
-        try:
-            store.get_job(job_id)
-        except Exception:  # noqa: BLE001 - JobNotFound: the id is free
-            break
+    while store.has_job(job_id):
         job_id = new_job_id()
     job_dir = store.home / "jobs" / job_id
     job_dir.mkdir(parents=True, exist_ok=True)

@@ -143,7 +143,7 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     if ti.job_dir:
         job["output_dir"] = ti.job_dir
         parsed.origins["output_dir"] = f"{prefix}jobDir"
-        for role, pool in pools.items():
+        for _role, pool in pools.items():
             pool["args"] = [*pool["args"], f"{JOB_DIR_FLAG}={ti.job_dir}"]
     if not _uses_chief(ti, container):
         job["chief_task_type"] = "master"

@@ -43,6 +43,23 @@ class Target:
         """Whether run_policy.``field`` was written in the spec (not a default)."""
         return field in self.spec.run_policy.model_fields_set
 
+    def google_run_policy(self, platform: str, primary: str, *, restart_policies: tuple[str, ...]) -> None:
+        """What Vertex AI and AI Platform cannot hold of run_policy: errors, or notes for defaults."""
+        policy = self.spec.run_policy
+        if policy.restart_policy not in restart_policies:
+            message = (f"{platform} restarts replicas only after system failures (like ExitCode: a kill or "
+                       "preemption), never after an error in the program")
+            if self.explicit("restart_policy"):
+                self.lose("run_policy.restart_policy", f"is {policy.restart_policy}; {message}")
+            else:
+                self.notes.append(f"run_policy.restart_policy is the default {policy.restart_policy}; {message}")
+        if self.explicit("backoff_limit") and policy.backoff_limit != 3:
+            self.lose("run_policy.backoff_limit", f"{platform} has no restart limit")
+        if policy.success_policy != "chief":
+            self.lose("run_policy.success_policy", f"on {platform} the {primary}'s exit decides the job")
+        if self.explicit("grace_period"):
+            self.lose("run_policy.grace_period", f"{platform} has no termination grace period setting")
+
     def program(self, role: str) -> Program:
         """The resolved program of a pool, with an image (the pool's, the job's, or --image)."""
         program = self.spec.resolved(role)
@@ -116,7 +133,7 @@ def _writers():
 
 def _carry_over(target: Target, parsed: Parsed) -> None:
     """What the source held that the native spec cannot: errors for what the program sees, notes else."""
-    for role, packages in parsed.packages.items():
+    for _role, packages in parsed.packages.items():
         target.lose(packages[0][1], "the native spec cannot hold Python packages (packageUris); build a container "
                     "image with the package instead")
     for field, message in parsed.conflicts:

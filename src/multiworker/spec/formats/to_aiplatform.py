@@ -112,18 +112,7 @@ def _scheduling(t: Target, ti: dict) -> None:
     policy = t.spec.run_policy
     if policy.active_deadline is not None:
         ti["scheduling"] = {"maxRunningTime": f"{seconds(policy.active_deadline)}s"}
-    if policy.restart_policy != "ExitCode":
-        message = "AI Platform restarts replicas only after system failures (like ExitCode), never after an error"
-        if t.explicit("restart_policy"):
-            t.lose("run_policy.restart_policy", f"is {policy.restart_policy}; {message}")
-        else:
-            t.notes.append(f"run_policy.restart_policy is the default {policy.restart_policy}; {message}")
-    if t.explicit("backoff_limit") and policy.backoff_limit != 3:
-        t.lose("run_policy.backoff_limit", "AI Platform has no restart limit")
-    if policy.success_policy != "chief":
-        t.lose("run_policy.success_policy", "on AI Platform the master's exit decides the job")
-    if t.explicit("grace_period"):
-        t.lose("run_policy.grace_period", "AI Platform has no termination grace period setting")
+    t.google_run_policy("AI Platform", "master", restart_policies=("ExitCode",))
 
 
 def _job_id(name: str) -> str:

@@ -66,17 +66,5 @@ def _scheduling(t: Target) -> dict:
         out["disableRetries"] = True
     else:
         out["restartJobOnWorkerRestart"] = True  # a local job restarts its whole group too
-    if policy.restart_policy not in ("Never", "ExitCode"):
-        message = ("Vertex AI restarts replicas only after system failures (like ExitCode: a kill or preemption), "
-                   "never after an error in the program")
-        if t.explicit("restart_policy"):
-            t.lose("run_policy.restart_policy", f"is {policy.restart_policy}; {message}")
-        else:
-            t.notes.append(f"run_policy.restart_policy is the default {policy.restart_policy}; {message}")
-    if t.explicit("backoff_limit") and policy.backoff_limit != 3:
-        t.lose("run_policy.backoff_limit", "Vertex AI has no restart limit")
-    if policy.success_policy != "chief":
-        t.lose("run_policy.success_policy", "on Vertex AI the chief's exit decides the job")
-    if t.explicit("grace_period"):
-        t.lose("run_policy.grace_period", "Vertex AI has no termination grace period setting")
+    t.google_run_policy("Vertex AI", "chief", restart_policies=("Never", "ExitCode"))
     return out
