@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-dev
 
-.PHONY: demo test unit integration bench clean venv
+.PHONY: demo test unit integration bench clean venv sysdeps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -16,11 +16,20 @@ $(STAMP): pyproject.toml | $(BIN)/python
 
 venv: $(STAMP)
 
+# System packages some tests use (headless Chromium for the dashboard, iproute2 for the two-host
+# Ray cluster). Installed when root and missing; elsewhere those tests skip and say why.
+SYSDEPS = chromium chromium-driver iproute2
+sysdeps:
+	@missing=""; for p in $(SYSDEPS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	elif [ -n "$$missing" ]; then echo "note: not installed:$$missing (tests that need them skip)"; fi
+
 demo: $(STAMP)
 	$(BIN)/multiworker run examples/mnist/job.yaml
 
-test: $(STAMP)
-	$(BIN)/python -m pytest -q -ra tests
+test: $(STAMP) sysdeps
+	$(BIN)/python -m pytest -q -ra --durations=15 tests
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests/unit

@@ -73,8 +73,15 @@ CREATE INDEX samples_replica ON samples(job_id, replica, id);
 CREATE INDEX jobs_created ON jobs(created_at)
 """
 
+# v4: the backend seam. A backend's own per-job handle (JSON), and where each replica runs.
+_V4 = """
+ALTER TABLE jobs ADD COLUMN handle_json TEXT;
+ALTER TABLE replicas ADD COLUMN host TEXT;
+ALTER TABLE replicas ADD COLUMN node TEXT
+"""
+
 # MIGRATIONS[i] brings a store from version i to version i+1. Append only: never edit a released one.
-MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3)
+MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
