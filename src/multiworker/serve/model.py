@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -118,8 +119,14 @@ def _tf_dtype(name: str):
 
 
 def _first_line(exc: Exception) -> str:
+    """The line that says what went wrong (TensorFlow's graph errors bury it under node traces)."""
     message = getattr(exc, "message", None) or str(exc)
-    return message.strip().splitlines()[0] if message.strip() else type(exc).__name__
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    useful = [line for line in lines if not line.startswith(("Graph execution error", "Detected at node", "File ",
+                                                             "[[", "Traceback")) and "defined at" not in line]
+    if not lines:
+        return type(exc).__name__
+    return re.sub(r"\s*\[Op:[^\]]*\]$", "", useful[-1] if useful else lines[0])
 
 
 def load(base: Path) -> SavedModelServable:
