@@ -49,9 +49,10 @@ def to_array(name: str, value: Any, info: TensorInfo) -> np.ndarray:
         if dtype is object:
             array = np.array(_to_bytes(value), dtype=object)
         else:
-            if _contains(value, lambda v: isinstance(v, (str, dict))):
-                raise BadRequest(f"input '{name}': expected numbers ({info.dtype}), got text")
-            array = np.asarray(value, dtype=dtype)
+            array = np.asarray(value)
+            if array.dtype.kind in "OUS":
+                raise BadRequest(f"input '{name}': expected numbers ({info.dtype}), got text or objects")
+            array = array.astype(dtype, copy=False)
     except (ValueError, TypeError, OverflowError) as exc:
         raise BadRequest(f"input '{name}': cannot make a {info.dtype} tensor: {exc}") from None
     shape = info.shape
@@ -63,12 +64,6 @@ def to_array(name: str, value: Any, info: TensorInfo) -> np.ndarray:
         want = "[" + ", ".join("?" if d == -1 else str(d) for d in shape) + "]"
         raise BadRequest(f"input '{name}': shape {list(array.shape)} does not match the signature's {want}")
     return array
-
-
-def _contains(value: Any, test) -> bool:
-    if isinstance(value, list):
-        return any(_contains(v, test) for v in value)
-    return test(value)
 
 
 def _named(value: Any) -> bool:
