@@ -45,17 +45,21 @@ def _example_model(example: str):
     return module
 
 
-def _start(args: list[str], home: Path) -> tuple[subprocess.Popen, dict]:
+def _start(args: list[str], home: Path) -> subprocess.Popen:
+    """``multiworker serve ARGS --json``; its stderr goes to a file (a full pipe would block the server)."""
     env = {**os.environ, "MULTIWORKER_HOME": str(home), "PYTHONPATH": str(REPO / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "multiworker", "serve", *args, "--json"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log_path = home / f"serve-{args[2]}.log"
+    with open(log_path, "w") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "multiworker", "serve", *args, "--json"], env=env,
+                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+    proc.log_path = log_path
     return proc
 
 
 def _ready(proc: subprocess.Popen) -> dict:
     line = proc.stdout.readline()  # the JSON line printed once the socket listens
     if not line:
-        pytest.fail(f"serve exited with {proc.wait()}: {proc.stderr.read()[-2000:]}")
+        pytest.fail(f"serve exited with {proc.wait()}: {proc.log_path.read_text()[-2000:]}")
     return json.loads(line)
 
 
