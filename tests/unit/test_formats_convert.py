@@ -174,7 +174,6 @@ def test_golden_native_to_vertex_and_aiplatform():
 
 LOSS = [
     ("vertex", ["chief_task_type=master"], "chief_task_type", "first pool `chief`"),
-    ("vertex", ["pools={worker: {replicas: 3}}"], "pools", "set pools.chief.replicas: 1 and pools.worker.replicas: 2"),
     ("vertex", ["run_policy.restart_policy=OnFailure"], "run_policy.restart_policy", "only after system failures"),
     ("vertex", ["run_policy.backoff_limit=5"], "run_policy.backoff_limit", "no restart limit"),
     ("vertex", ["run_policy.success_policy=all_workers"], "run_policy.success_policy", "chief's exit"),
@@ -210,11 +209,16 @@ def test_module_without_image_needs_one():
     assert {p["containerSpec"]["imageUri"] for p in doc["jobSpec"]["workerPoolSpecs"]} == {"gcr.io/p/given:2"}
 
 
-def test_allow_loss_makes_worker_0_the_chief():
+def test_workers_only_job_gets_worker_0_as_chief():
+    """As the tutorials submit a MultiWorkerMirroredStrategy job: pool 0 (worker 0) + pool 1 (the rest)."""
     parsed = parse_job(CLOUD / "tfjob.yaml")
-    doc, notes = convert(parsed, "vertex", source="tfjob.yaml", allow_loss=True)
+    doc, notes = convert(parsed, "vertex", source="tfjob.yaml")
     assert [p["replicaCount"] for p in doc["jobSpec"]["workerPoolSpecs"]] == [1, 2]
-    assert "worker 0 becomes the chief on Vertex AI; 2 worker(s) remain" in notes
+    assert any(n.startswith("pools.worker: worker 0 becomes Vertex AI's chief (its first pool) and 2 worker(s) "
+                            "remain; TF_CONFIG then names it `chief`") for n in notes), notes
+    doc, notes = convert(parsed, "aiplatform", source="tfjob.yaml", allow_loss=True)
+    assert doc["trainingInput"]["workerCount"] == 2 and doc["trainingInput"]["useChiefInTfConfig"] is True
+    assert any("worker 0 becomes AI Platform's master" in n for n in notes), notes
 
 
 def test_cloud_settings_without_native_home(tmp_path):
@@ -302,7 +306,8 @@ def test_cli_convert(tmp_path, mw_home):
 
 
 def test_cli_convert_error_is_one_line_exit_2(mw_home):
-    proc = subprocess.run([sys.executable, "-m", "multiworker", "convert", str(CLOUD / "tfjob.yaml"), "--to", "vertex"],
-                          capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "multiworker", "convert", str(CLOUD / "tfjob.yaml"), "--to", "vertex",
+                           "--set", "run_policy.success_policy=all_workers"], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "pools: Vertex AI always has a chief" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0
+    assert "run_policy.success_policy: on Vertex AI the chief's exit decides the job" in proc.stderr

@@ -78,19 +78,22 @@ class Target:
             return ["python", "-m", program.module]
         return list(program.command) if program.command else None
 
-    def roles(self, platform: str) -> list[tuple[str, int, str]]:
-        """(role, replicas, role whose program it runs) for a platform whose pool 0 is always a chief."""
+    def roles(self, platform: str, primary: str = "chief") -> list[tuple[str, int, str]]:
+        """(role, replicas, role whose program it runs) for a platform whose pool 0 is always a chief.
+
+        A job of workers only (the tutorials' MultiWorkerMirroredStrategy jobs) becomes pool 0 with
+        worker 0 plus a pool of the other workers, as the tutorials submit it: MultiWorkerMirroredStrategy
+        treats the chief as one more worker, so training is the same.
+        """
         counts = self.spec.replica_counts()
         if "chief" in counts:
             return [(r, n, r) for r, n in counts.items()]
         workers = counts.get("worker", 0)
-        self.lose(
-            "pools",
-            f"{platform} always has a chief (its first pool) and this job has none; set pools.chief.replicas: 1 "
-            f"and pools.worker.replicas: {workers - 1} (MultiWorkerMirroredStrategy treats the chief as worker 0)",
-            instead="make worker 0 the chief",
+        self.notes.append(
+            f"pools.worker: worker 0 becomes {platform}'s {primary} (its first pool) and {workers - 1} worker(s) "
+            "remain; TF_CONFIG then names it `chief` (the others worker 0..), which MultiWorkerMirroredStrategy "
+            "treats as one of the workers, so training is the same"
         )
-        self.notes.append(f"worker 0 becomes the chief on {platform}; {workers - 1} worker(s) remain")
         out = [("chief", 1, "worker")]
         if workers > 1:
             out.append(("worker", workers - 1, "worker"))

@@ -121,20 +121,19 @@ class TFJob(CamelModel):
 
 def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     """Read a TFJob manifest into a native spec dict."""
-    if isinstance(data, dict) and isinstance(data.get("spec"), dict):
-        for key in _MOVED_TO_RUN_POLICY:
-            if key in data["spec"]:
-                raise SpecError(
-                    f"unknown key `{key}`; TFJob v1 reads it from spec.runPolicy.{key}: move it there",
-                    source=source,
-                    field=f"spec.{key}",
-                )
+    data, legacy = _legacy_run_policy(data, source=source)
     job = validate(TFJob, data, source=source)
     if job.api_version != "kubeflow.org/v1":
         raise SpecError(f"is {job.api_version!r}; multiworker reads kubeflow.org/v1 TFJobs", source=source, field="apiVersion")
     if job.kind != "TFJob":
         raise SpecError(f"is {job.kind!r}; multiworker reads kind: TFJob", source=source, field="kind")
     parsed = Parsed(format="tfjob", native={})
+    if legacy:
+        fields = ", ".join(f"spec.{k}" for k in legacy)
+        parsed.notes.append(
+            f"{fields}: run policy directly under spec, as the Kubeflow 1.0-era operator read it; taken as "
+            "spec.runPolicy (its place today, where `convert --to tfjob` writes it)"
+        )
     meta = job.metadata or {}
     for key in ("namespace", "labels", "annotations"):
         if meta.get(key):
@@ -165,6 +164,28 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
         out["chief_task_type"] = "master"
     name = meta.get("name") or (meta.get("generateName") or "").rstrip("-") or None
     return finish(parsed, job_name(name, path), pools, out)
+
+
+def _legacy_run_policy(data: Any, *, source: str) -> tuple[Any, list[str]]:
+    """Run policy written directly under ``spec`` (TFJob operator 1.0): moved under spec.runPolicy."""
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        return data, []
+    legacy = [key for key in _MOVED_TO_RUN_POLICY if key in data["spec"]]
+    if not legacy:
+        return data, []
+    spec = dict(data["spec"])
+    run_policy = spec.get("runPolicy")
+    run_policy = dict(run_policy) if isinstance(run_policy, dict) else {}
+    for key in legacy:
+        if key in run_policy:
+            raise SpecError(
+                f"is also set in spec.runPolicy.{key}; keep only spec.runPolicy.{key} (the current place)",
+                source=source,
+                field=f"spec.{key}",
+            )
+        run_policy[key] = spec.pop(key)
+    spec["runPolicy"] = run_policy
+    return {**data, "spec": spec}, legacy
 
 
 def _output_dir(pools: dict[str, dict]) -> str | None:
