@@ -174,18 +174,25 @@ def test_golden_native_to_vertex_and_aiplatform():
 
 LOSS = [
     ("vertex", ["chief_task_type=master"], "chief_task_type", "first pool `chief`"),
-    ("vertex", ["run_policy.restart_policy=OnFailure"], "run_policy.restart_policy", "only after system failures"),
     ("vertex", ["run_policy.backoff_limit=5"], "run_policy.backoff_limit", "no restart limit"),
     ("vertex", ["run_policy.success_policy=all_workers"], "run_policy.success_policy", "chief's exit"),
     ("vertex", ["output_dir=./out"], "output_dir", "gs://BUCKET/PATH"),
     ("vertex", ["pools.ps.machine.cpu=4"], "pools.ps.machine.cpu", "has no cpu setting"),
     ("aiplatform", ["env={A: '1'}"], "env", "cannot set environment variables"),
     ("aiplatform", ["pools.worker.args=[--epochs, '2']"], "output_dir", "--job-dir=gs://b/out"),
-    ("aiplatform", ["run_policy.restart_policy=Never"], "run_policy.restart_policy", "only after system failures"),
     ("aiplatform", ["run_policy.grace_period=5"], "run_policy.grace_period", "no termination grace period"),
     ("tfjob", ["output_dir=out"], "output_dir", "absolute path in the pod"),
     ("tfjob", ["pools.chief.machine.boot_disk_size_gb=100"], "pools.chief.machine.boot_disk_size_gb", "no boot_disk"),
 ]
+
+
+@pytest.mark.parametrize("to,policy", [("vertex", "OnFailure"), ("vertex", "Always"), ("aiplatform", "Never")])
+def test_restart_policy_the_platform_lacks_is_a_note(to, policy):
+    """The platform's own retry rule applies there; a job that succeeds is the same, so it is not a loss."""
+    parsed, source = parsed_native(BASE, [f"run_policy.restart_policy={policy}"])
+    _, notes = convert(parsed, to, source=source)
+    assert any(n.startswith(f"run_policy.restart_policy is {policy}; ") and "only after system failures" in n
+               for n in notes), notes
 
 
 @pytest.mark.parametrize("to,overrides,field,message", LOSS, ids=[f"{c[0]}-{c[2]}" for c in LOSS])

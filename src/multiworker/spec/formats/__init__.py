@@ -15,7 +15,7 @@ from multiworker.spec.formats._common import Parsed
 from multiworker.spec.formats.detect import FORMATS, detect
 from multiworker.spec.load import LoadedSpec, apply_overrides, check_programs, read_yaml, spec_from_dict
 
-__all__ = ["FORMATS", "detect", "load_job", "parse_job", "Parsed"]
+__all__ = ["FORMATS", "detect", "load_job", "load_parsed", "parse_job", "Parsed"]
 
 _PARSERS = {"vertex": vertex.parse, "aiplatform": aiplatform.parse, "tfjob": tfjob.parse}
 
@@ -55,13 +55,30 @@ def load_job(
     With ``check`` (the default) an unmapped image or gs:// path is an error and every program must
     exist; without it they are left as they are.
     """
+    path = Path(path)
+    parsed = parse_job(path, format=format)
+    return load_parsed(parsed, source=str(path), path=path, base_dir=path.resolve().parent, overrides=overrides,
+                       images=images, dockerfile=dockerfile, map_paths=map_paths, check=check, cwd=cwd)
+
+
+def load_parsed(
+    parsed: Parsed,
+    *,
+    source: str,
+    path: Path | None,
+    base_dir: Path,
+    overrides: tuple[str, ...] | list[str] = (),
+    images: tuple[str, ...] | list[str] = (),
+    dockerfile: str | None = None,
+    map_paths: tuple[str, ...] | list[str] = (),
+    check: bool = True,
+    cwd: str | Path | None = None,
+) -> LoadedSpec:
+    """``load_job`` for a job already read (a file, or a gcloud command line): overrides, mappings, checks."""
     from multiworker.spec.formats.localize import PathMap, localize, parse_images
     from multiworker.store import home_dir
 
-    path = Path(path)
-    source = str(path)
     cwd = Path(cwd) if cwd is not None else Path.cwd()
-    parsed = parse_job(path, format=format)
     native = parsed.native
     if overrides:
         native = apply_overrides(native, overrides)
@@ -80,7 +97,7 @@ def load_job(
     loaded = LoadedSpec(
         spec=spec,
         path=path,
-        base_dir=path.resolve().parent,
+        base_dir=base_dir,
         format=parsed.format,
         notes=tuple(dict.fromkeys(parsed.all_notes() + notes)),
     )
