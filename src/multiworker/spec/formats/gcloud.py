@@ -69,6 +69,7 @@ def load_command(argv: list[str], *, cwd: Path, check: bool = True):
     job = parse_command(argv, cwd=cwd)
     opts = job.local
     loaded = load_parsed(job.parsed, source=job.source, path=job.config, base_dir=cwd, overrides=opts.get("set", ()),
-                         images=opts.get("image", ()), dockerfile=opts.get("dockerfile"),
+                         images=opts.get("image", ()),
+                         dockerfile=str(cwd / opts["dockerfile"]) if opts.get("dockerfile") else None,
                          map_paths=opts.get("map-path", ()), check=check, cwd=cwd)
     return loaded, job

@@ -81,6 +81,9 @@ def create(line: Line, *, cwd: Path) -> GcloudJob:
             raise SpecError(exc.message, source=command, field=f"--worker-pool-spec (#{index + 1})") from None
         raise
     parsed.native["name"] = job_name(v.get("display-name") or name, config)
+    if v.get("worker-pool-spec"):
+        parsed.packages = {role: [(uri, "--python-package-uris") for uri, _ in uris]
+                           for role, uris in parsed.packages.items()}
     if v.get("labels"):
         parsed.drop("tracking", "--labels")
     if v.get("kms-key"):

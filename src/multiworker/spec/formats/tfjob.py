@@ -170,7 +170,7 @@ def _legacy_run_policy(data: Any, *, source: str) -> tuple[Any, list[str]]:
     """Run policy written directly under ``spec`` (TFJob operator 1.0): moved under spec.runPolicy."""
     if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
         return data, []
-    legacy = [key for key in _MOVED_TO_RUN_POLICY if key in data["spec"]]
+    legacy = [key for key in data["spec"] if key in _MOVED_TO_RUN_POLICY]
     if not legacy:
         return data, []
     spec = dict(data["spec"])
