@@ -47,6 +47,9 @@ def run(
 
     console = Console(highlight=False, soft_wrap=True)
     loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path)
+    from multiworker.faults import check_injections, parse_injection
+
+    check_injections(loaded.spec, [parse_injection(t) for t in inject_failure])  # before the store is touched
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()

@@ -13,7 +13,15 @@ from multiworker.errors import SpecError
 from multiworker.spec.formats import aiplatform, tfjob, vertex
 from multiworker.spec.formats._common import Parsed
 from multiworker.spec.formats.detect import FORMATS, detect
-from multiworker.spec.load import LoadedSpec, apply_overrides, check_programs, read_yaml, spec_from_dict
+from multiworker.spec.load import (
+    DEFAULT_MAX_REPLICAS,
+    LoadedSpec,
+    apply_overrides,
+    check_programs,
+    check_replica_cap,
+    read_yaml,
+    spec_from_dict,
+)
 
 __all__ = ["FORMATS", "detect", "load_job", "parse_job", "Parsed"]
 
@@ -46,6 +54,7 @@ def load_job(
     map_paths: tuple[str, ...] | list[str] = (),
     check: bool = True,
     cwd: str | Path | None = None,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
 ) -> LoadedSpec:
     """Load a job spec of any format into a validated native spec that runs on this machine.
 
@@ -65,6 +74,7 @@ def load_job(
     native = parsed.native
     if overrides:
         native = apply_overrides(native, overrides)
+    spec_from_dict(native, source=source)  # the shape first: localizing walks a well-formed document only
     native, notes = localize(
         native,
         parsed,
@@ -84,6 +94,7 @@ def load_job(
         format=parsed.format,
         notes=tuple(dict.fromkeys(parsed.all_notes() + notes)),
     )
+    check_replica_cap(loaded, max_replicas)
     if check:
         check_programs(loaded)
     return loaded
