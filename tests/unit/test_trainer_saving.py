@@ -115,3 +115,33 @@ def test_training_done_marker(tmp_path):
     assert training_done(bare, since=time.time() - 60) is not None
     # only the chief writes it
     assert mark_training_done(context(WORKER1, output_dir=str(tmp_path / "w"))) is None
+
+
+def test_publish_dir_never_leaves_the_model_missing(tmp_path):
+    """A reader polling the model dir while it is replaced 200 times always finds a complete tree."""
+    import threading
+
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "saved_model.pb").write_text("0")
+    misses, stop = [], threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            if not (target / "saved_model.pb").is_file():
+                misses.append(1)
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(200):
+            tmp = tmp_path / f"model.tmp-{i}"
+            tmp.mkdir()
+            (tmp / "saved_model.pb").write_text(str(i + 1))
+            publish_dir(str(tmp), str(target))
+    finally:
+        stop.set()
+        thread.join()
+    assert not misses
+    assert (target / "saved_model.pb").read_text() == "200"
+    assert sorted(os.listdir(tmp_path)) == ["model"]
