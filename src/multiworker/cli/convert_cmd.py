@@ -62,7 +62,9 @@ def convert(
     if output is None:
         typer.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        from multiworker.outfile import write_output
+
+        write_output(output, text)
         typer.echo(f"wrote {output} ({to})", err=True)
 
 

@@ -51,9 +51,11 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     """Record and run a loaded job (any source: a spec file, a gcloud command line); return the exit code."""
     from multiworker.backends.local import EXIT_CODES, create_job, run_foreground, start_detached
     from multiworker.backends.local.console import ConsoleObserver
+    from multiworker.faults import check_injections, parse_injection
     from multiworker.store import Store
 
     console = Console(highlight=False, soft_wrap=True)
+    check_injections(loaded.spec, [parse_injection(t) for t in inject_failures])  # before the store is touched
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()

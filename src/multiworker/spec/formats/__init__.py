@@ -13,7 +13,15 @@ from multiworker.errors import SpecError
 from multiworker.spec.formats import aiplatform, tfjob, vertex
 from multiworker.spec.formats._common import Parsed
 from multiworker.spec.formats.detect import FORMATS, detect
-from multiworker.spec.load import LoadedSpec, apply_overrides, check_programs, read_yaml, spec_from_dict
+from multiworker.spec.load import (
+    DEFAULT_MAX_REPLICAS,
+    LoadedSpec,
+    apply_overrides,
+    check_programs,
+    check_replica_cap,
+    read_yaml,
+    spec_from_dict,
+)
 
 __all__ = ["FORMATS", "detect", "load_job", "load_parsed", "parse_job", "Parsed"]
 
@@ -46,6 +54,7 @@ def load_job(
     map_paths: tuple[str, ...] | list[str] = (),
     check: bool = True,
     cwd: str | Path | None = None,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
 ) -> LoadedSpec:
     """Load a job spec of any format into a validated native spec that runs on this machine.
 
@@ -58,7 +67,8 @@ def load_job(
     path = Path(path)
     parsed = parse_job(path, format=format)
     return load_parsed(parsed, source=str(path), path=path, base_dir=path.resolve().parent, overrides=overrides,
-                       images=images, dockerfile=dockerfile, map_paths=map_paths, check=check, cwd=cwd)
+                       images=images, dockerfile=dockerfile, map_paths=map_paths, check=check, cwd=cwd,
+                       max_replicas=max_replicas)
 
 
 def load_parsed(
@@ -73,6 +83,7 @@ def load_parsed(
     map_paths: tuple[str, ...] | list[str] = (),
     check: bool = True,
     cwd: str | Path | None = None,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
 ) -> LoadedSpec:
     """``load_job`` for a job already read (a file, or a gcloud command line): overrides, mappings, checks."""
     from multiworker.spec.formats.localize import PathMap, localize, parse_images
@@ -82,6 +93,7 @@ def load_parsed(
     native = parsed.native
     if overrides:
         native = apply_overrides(native, overrides)
+    spec_from_dict(native, source=source)  # the shape first: localizing walks a well-formed document only
     native, notes = localize(
         native,
         parsed,
@@ -101,6 +113,7 @@ def load_parsed(
         format=parsed.format,
         notes=tuple(dict.fromkeys(parsed.all_notes() + notes)),
     )
+    check_replica_cap(loaded, max_replicas)
     if check:
         check_programs(loaded)
     return loaded

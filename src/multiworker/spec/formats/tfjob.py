@@ -162,6 +162,10 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
         out["output_dir"] = output
     if "Master" in specs:
         out["chief_task_type"] = "master"
+    for key in ("name", "generateName"):
+        if key in meta and not isinstance(meta[key], str):
+            raise SpecError(f"is {meta[key]!r}, not a name; quote it or write a DNS-1123 name such as my-job",
+                            source=source, field=f"metadata.{key}")
     name = meta.get("name") or (meta.get("generateName") or "").rstrip("-") or None
     return finish(parsed, job_name(name, path), pools, out)
 
@@ -279,7 +283,7 @@ def _pool(parsed: Parsed, role: str, spec: ReplicaSpec, *, source: str, where: s
     if container.working_dir:
         parsed.workdirs[role] = (container.working_dir, f"{cfield}.workingDir")
         parsed.drop("container", f"{cfield}.workingDir")
-    machine = _machine(parsed, pod, container, pod_field=pod_field, cfield=cfield)
+    machine = _machine(parsed, pod, container, pod_field=pod_field, cfield=cfield, source=source)
     if machine:
         out["machine"] = machine
     return out
@@ -295,7 +299,8 @@ def _check_extras(parsed: Parsed, obj: _Open, kinds: dict[str, tuple[str, ...]],
             parsed.drop(known[key], f"{field}.{key}")
 
 
-def _machine(parsed: Parsed, pod: PodSpec, container: Container, *, pod_field: str, cfield: str) -> dict:
+def _machine(parsed: Parsed, pod: PodSpec, container: Container, *, pod_field: str, cfield: str,
+             source: str) -> dict:
     machine: dict[str, Any] = {}
     for label, value in (pod.node_selector or {}).items():
         if label in INSTANCE_TYPE_LABELS:
@@ -310,7 +315,10 @@ def _machine(parsed: Parsed, pod: PodSpec, container: Container, *, pod_field: s
     if resources:
         chosen = resources.limits or resources.requests or {}
         for name, value in chosen.items():
-            if name == GPU_RESOURCE and value.isdigit():
+            if name == GPU_RESOURCE:
+                if not (isinstance(value, str) and value.isascii() and value.isdigit()) and not isinstance(value, int):
+                    raise SpecError(f"{value!r} is not a whole number of GPUs; write it like \"1\"", source=source,
+                                    field=f"{cfield}.resources.limits.{GPU_RESOURCE}")
                 machine["accelerator_count"] = int(value)
             elif name in ("cpu", "memory"):
                 machine[name] = value
