@@ -254,6 +254,9 @@ def gc(
     from multiworker.monitor.lifecycle import gc_jobs
     from multiworker.spec.model import parse_duration
 
+    if older_than.strip().replace(".", "", 1).isdigit():
+        raise UserError(f"--older-than {older_than}: give a unit, e.g. {older_than.strip()}d, {older_than.strip()}h "
+                        f"or {older_than.strip()}m")
     try:
         seconds = parse_duration(older_than)
     except ValueError as exc:

@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-__all__ = ["register", "load_from_cli"]
+__all__ = ["register", "load_from_cli", "run_loaded"]
 
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
@@ -41,16 +41,25 @@ def run(
 
     Exit codes: 0 succeeded, 1 failed, 2 bad input, 130 interrupted.
     """
+    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path)
+    raise typer.Exit(run_loaded(loaded, trainer_args=trainer_args or [], inject_failures=inject_failure,
+                                detach=detach, quiet=quiet, verbose=verbose))
+
+
+def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], detach: bool, quiet: bool,
+               verbose: bool) -> int:
+    """Record and run a loaded job (any source: a spec file, a gcloud command line); return the exit code."""
     from multiworker.backends.local import EXIT_CODES, create_job, run_foreground, start_detached
     from multiworker.backends.local.console import ConsoleObserver
+    from multiworker.faults import check_injections, parse_injection
     from multiworker.store import Store
 
     console = Console(highlight=False, soft_wrap=True)
-    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path)
+    check_injections(loaded.spec, [parse_injection(t) for t in inject_failures])  # before the store is touched
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()
-    job_id = create_job(store, loaded, trainer_args=trainer_args or [], inject_failures=inject_failure)
+    job_id = create_job(store, loaded, trainer_args=trainer_args, inject_failures=inject_failures)
     job = store.get_job(job_id)
     counts = ", ".join(f"{role} x{n}" for role, n in loaded.spec.replica_counts().items())
     if detach:
@@ -59,12 +68,12 @@ def run(
             typer.echo(json.dumps({"id": job_id, "supervisor_pid": pid}))
         else:
             typer.echo(job_id)
-        return
+        return 0
     console.print(f"[bold]job {job_id}[/bold] ({loaded.spec.name}): {counts}")
     console.print(f"  output: {job['output_dir']}\n  logs:   {job['job_dir']}")
     state = run_foreground(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
     _print_outcome(console, store, job_id, state)
-    raise typer.Exit(EXIT_CODES.get(state, 1))
+    return EXIT_CODES.get(state, 1)
 
 
 def _print_outcome(console: Console, store, job_id: str, state: str) -> None:

@@ -13,9 +13,17 @@ from multiworker.errors import SpecError
 from multiworker.spec.formats import aiplatform, tfjob, vertex
 from multiworker.spec.formats._common import Parsed
 from multiworker.spec.formats.detect import FORMATS, detect
-from multiworker.spec.load import LoadedSpec, apply_overrides, check_programs, read_yaml, spec_from_dict
+from multiworker.spec.load import (
+    DEFAULT_MAX_REPLICAS,
+    LoadedSpec,
+    apply_overrides,
+    check_programs,
+    check_replica_cap,
+    read_yaml,
+    spec_from_dict,
+)
 
-__all__ = ["FORMATS", "detect", "load_job", "parse_job", "Parsed"]
+__all__ = ["FORMATS", "detect", "load_job", "load_parsed", "parse_job", "Parsed"]
 
 _PARSERS = {"vertex": vertex.parse, "aiplatform": aiplatform.parse, "tfjob": tfjob.parse}
 
@@ -46,6 +54,7 @@ def load_job(
     map_paths: tuple[str, ...] | list[str] = (),
     check: bool = True,
     cwd: str | Path | None = None,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
 ) -> LoadedSpec:
     """Load a job spec of any format into a validated native spec that runs on this machine.
 
@@ -55,16 +64,36 @@ def load_job(
     With ``check`` (the default) an unmapped image or gs:// path is an error and every program must
     exist; without it they are left as they are.
     """
+    path = Path(path)
+    parsed = parse_job(path, format=format)
+    return load_parsed(parsed, source=str(path), path=path, base_dir=path.resolve().parent, overrides=overrides,
+                       images=images, dockerfile=dockerfile, map_paths=map_paths, check=check, cwd=cwd,
+                       max_replicas=max_replicas)
+
+
+def load_parsed(
+    parsed: Parsed,
+    *,
+    source: str,
+    path: Path | None,
+    base_dir: Path,
+    overrides: tuple[str, ...] | list[str] = (),
+    images: tuple[str, ...] | list[str] = (),
+    dockerfile: str | None = None,
+    map_paths: tuple[str, ...] | list[str] = (),
+    check: bool = True,
+    cwd: str | Path | None = None,
+    max_replicas: int = DEFAULT_MAX_REPLICAS,
+) -> LoadedSpec:
+    """``load_job`` for a job already read (a file, or a gcloud command line): overrides, mappings, checks."""
     from multiworker.spec.formats.localize import PathMap, localize, parse_images
     from multiworker.store import home_dir
 
-    path = Path(path)
-    source = str(path)
     cwd = Path(cwd) if cwd is not None else Path.cwd()
-    parsed = parse_job(path, format=format)
     native = parsed.native
     if overrides:
         native = apply_overrides(native, overrides)
+    spec_from_dict(native, source=source)  # the shape first: localizing walks a well-formed document only
     native, notes = localize(
         native,
         parsed,
@@ -80,10 +109,11 @@ def load_job(
     loaded = LoadedSpec(
         spec=spec,
         path=path,
-        base_dir=path.resolve().parent,
+        base_dir=base_dir,
         format=parsed.format,
         notes=tuple(dict.fromkeys(parsed.all_notes() + notes)),
     )
+    check_replica_cap(loaded, max_replicas)
     if check:
         check_programs(loaded)
     return loaded
