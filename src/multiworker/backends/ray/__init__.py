@@ -1,0 +1,1 @@
+"""The Ray backend (placeholder until the controller lands)."""
