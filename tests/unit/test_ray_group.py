@@ -5,6 +5,7 @@ one-line errors for a job the cluster cannot fit."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -43,6 +44,7 @@ def local_ray():
              _temp_dir=temp, logging_level="WARNING", log_to_driver=False)
     yield
     ray.shutdown()
+    shutil.rmtree(temp, ignore_errors=True)
     for k, v in old.items():
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
