@@ -46,6 +46,9 @@ def run(
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
     backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="--backend ray: the cluster's head, HOST:PORT (default: RAY_ADDRESS, as in Ray)."
+    ),
 ) -> None:
     """Run a job: every replica a process with the cloud's TF_CONFIG, supervised and restarted as a group.
 
@@ -53,6 +56,7 @@ def run(
     """
     from multiworker.backends.base import get_backend
     from multiworker.backends.daemon import start_detached
+    from multiworker.errors import UserError
     from multiworker.jobs import create_job
     from multiworker.monitor.console import ConsoleObserver
     from multiworker.store import Store
@@ -62,7 +66,9 @@ def run(
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()
-    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(),
+    if ray_address and backend != "ray":
+        raise UserError("--ray-address: only the Ray backend uses it; add --backend ray")
+    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(ray_address=ray_address),
                         trainer_args=trainer_args or [], inject_failures=inject_failure)
     job = store.get_job(job_id)
     for note in json.loads(job["options_json"])["notes"][len(loaded.notes):]:  # the backend's own

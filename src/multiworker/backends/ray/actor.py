@@ -36,6 +36,7 @@ class ReplicaHost:
         self._proc = None
         self._offset = 0
         self._psutil = None
+        self._host = ""
 
     def reserve(self) -> dict:
         """The node's IP, Ray node id and a free port held open (bound, not listening) until start."""
@@ -44,7 +45,8 @@ class ReplicaHost:
         self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         self._sock.bind(("", 0))
         ctx = ray.get_runtime_context()
-        return {"host": ray.util.get_node_ip_address(), "port": self._sock.getsockname()[1],
+        self._host = ray.util.get_node_ip_address()
+        return {"host": self._host, "port": self._sock.getsockname()[1],
                 "node": ctx.get_node_id(), "cwd": os.getcwd(), "python": sys.executable}
 
     def sees(self, path: str) -> bool:
@@ -65,8 +67,9 @@ class ReplicaHost:
             self._sock = None
         if cmd and cmd[0] == driver_python and not os.path.exists(driver_python):
             cmd = [sys.executable, *cmd[1:]]  # the driver's interpreter path does not exist here
-        self._proc = procs.spawn(cmd, cwd=workdir, env=procs.child_environ(env),
-                                 log_path=self._log)
+        self._log.write_text(f"[multiworker] {self.replica} on Ray node {self._host}, cwd {workdir}, "
+                             f"TF_CONFIG={env.get('TF_CONFIG', '')}\n")
+        self._proc = procs.spawn(cmd, cwd=workdir, env=procs.child_environ(env), log_path=self._log)
         return self._proc.pid
 
     def tick(self) -> tuple[int | None, bytes]:

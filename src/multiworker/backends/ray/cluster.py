@@ -61,7 +61,7 @@ def connect(address: str | None, code_root: Path | None = None, excludes: list[s
     runtime_env = {"working_dir": str(code_root), "excludes": list(excludes or [])} if code_root else None
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False,
+        ray.init(address=address, logging_level=logging.ERROR, log_to_driver=False,
                  include_dashboard=False if address in (None, "local") else None, namespace="multiworker",
                  runtime_env=runtime_env)
     except ray.exceptions.RuntimeEnvSetupError as exc:

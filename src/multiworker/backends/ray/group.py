@@ -82,7 +82,7 @@ class RayGroup(ReplicaGroup):
             raise UserError(f"placement: the Ray cluster could not place the job's {len(replicas)} replicas "
                             f"within {self.placement_timeout:g}s: {detail}")
         host_cls = ray.remote(ReplicaHost)
-        for i, rid in enumerate(replicas):
+        for rid, i in zip(replicas, self._bundle_order(ray, len(replicas))):
             self._actors[rid] = host_cls.options(
                 num_cpus=RESOURCES_PER_REPLICA["CPU"], max_restarts=0,
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i),
@@ -100,6 +100,13 @@ class RayGroup(ReplicaGroup):
         self._check_output_visible(ray)
         log.info("placed %s", ", ".join(f"{r}@{p.address}" for r, p in self._where.items()))
         return dict(self._where)
+
+    def _bundle_order(self, ray, n: int) -> list[int]:
+        """Bundles on this (the driver's) node first, then by node: the chief, or worker 0, lands
+        where the launcher runs when the placement allows, and the rest in a repeatable order."""
+        nodes = ray.util.placement_group_table(self._pg).get("bundles_to_node_id", {})
+        here = ray.get_runtime_context().get_node_id()
+        return sorted(range(n), key=lambda i: (nodes.get(i) != here, str(nodes.get(i)), i))
 
     def _workdir(self, role: str) -> Path:
         return (self.base_dir / (self.spec.resolved(role).working_dir or ".")).resolve()
