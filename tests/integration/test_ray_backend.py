@@ -44,9 +44,10 @@ def _env(home: Path) -> dict:
             "PYTHONPATH": os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])}
 
 
-def _launcher(cluster: TwoHostRay, home: Path, *args: str) -> list[str]:
-    return [*cluster.exec_in(cluster.head_ns), sys.executable, "-m", "multiworker", "run", *args,
-            "--backend", "ray", "--ray-address", cluster.address, "-q"]
+def _launcher(cluster: TwoHostRay, home: Path, spec: str, *args: str) -> list[str]:
+    """`multiworker run SPEC --backend ray ... ARGS` in the head node's namespace."""
+    return [*cluster.exec_in(cluster.head_ns), sys.executable, "-m", "multiworker", "run", spec,
+            "--backend", "ray", "--ray-address", cluster.address, "-q", *args]
 
 
 def _run(cluster, home: Path, *args: str, timeout: float = 420) -> subprocess.CompletedProcess:
@@ -138,7 +139,7 @@ def test_ctrl_c_leaves_no_replica_on_either_host(cluster, mw_home):
         job = wait_for(lambda: store.list_jobs() and store.list_jobs()[0], timeout=60)
         reps = wait_for(lambda: (r := store.replicas(job["id"])) and len(r) == 2
                         and all(x["state"] == "Running" for x in r) and r, timeout=120)
-        where = {r["name"]: cluster.net_ns_of(r["pid"]) for r in reps}
+        where = {f"{r['role']}-{r['idx']}": cluster.net_ns_of(r["pid"]) for r in reps}
         assert where == {"worker-0": cluster.head_ns, "worker-1": cluster.node_ns}
         environ = Path(f"/proc/{reps[1]['pid']}/environ").read_bytes().split(b"\0")
         tf_config = json.loads(next(v for v in environ if v.startswith(b"TF_CONFIG=")).split(b"=", 1)[1])
