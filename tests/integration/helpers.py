@@ -72,3 +72,10 @@ def no_processes_left(job_id: str, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return not processes_of_job(job_id)
+
+
+def epochs_by_attempt(home: Path, job_id: str, replica: str = "worker-0") -> tuple[list[int], list[int]]:
+    """The epochs ``replica`` reported in attempt 0 and in attempt 1 (a resumed run)."""
+    epochs = [(m["attempt"], m["data"]["epoch"]) for m in Store(home).metrics(job_id, "epoch")
+              if m["replica"] == replica]
+    return [e for a, e in epochs if a == 0], [e for a, e in epochs if a == 1]

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import REPO, no_processes_left, wait_for
+from helpers import REPO, epochs_by_attempt, no_processes_left, wait_for
 from multiworker.store import Store
 from ray_netns import HEAD_IP, NODE_IP, RAY_ENV, TwoHostRay, unavailable_reason
 
@@ -108,11 +108,8 @@ def test_sigkill_on_second_host_restarts_group_and_resumes(cluster, mw_home):
     assert proc.returncode == 0, out[-4000:]
     doc = _status(mw_home)
     assert doc["state"] == "Succeeded" and doc["restarts"] == 1
-    epochs = [(m["attempt"], m["data"]["epoch"]) for m in Store(mw_home).metrics(doc["id"], "epoch")
-              if m["replica"] == "worker-0"]
-    before = [e for a, e in epochs if a == 0]
-    after = [e for a, e in epochs if a == 1]
-    assert before and after and after[0] == max(before) + 1 and after[-1] == 6, epochs
+    before, after = epochs_by_attempt(mw_home, doc["id"])
+    assert before and after and after[0] == max(before) + 1 and after[-1] == 6, (before, after)
     assert no_processes_left(doc["id"])
 
 
