@@ -109,7 +109,9 @@ def test_place_start_poll_and_stream_logs(job, tmp_path):
     codes = _until(lambda: (c := group.poll())[W0] is not None and c)
     assert codes == {W0: 0, W1: None}
     streamed = _until(lambda: group.read_log(W0))
-    assert streamed.startswith(b"hello worker-0 " + str(tmp_path / "code").encode())
+    header, greeting = streamed.splitlines()[:2]
+    assert header.startswith(b"[multiworker] worker-0 on Ray node " + where[W0].host.encode())
+    assert greeting == b"hello worker-0 " + str(tmp_path / "code").encode()
     _until(lambda: b"bye" in _log(group, tmp_path, W0))
     rows = group.samples()
     assert [name for name, _, _ in rows] == ["worker-1"] and rows[0][2] > 1_000_000  # RSS of a live python
