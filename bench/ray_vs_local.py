@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,7 @@ def _run(prefix: list[str], extra: list[str], recipe: list[str]) -> dict:
     subprocess.run([*prefix, sys.executable, "-m", "multiworker", "run", str(REPO / "examples/mnist/job.yaml"),
                     "-q", *extra, "--", *recipe], check=True, env=env, capture_output=True)
     metrics = json.loads(next(Path(home, "jobs").glob("*/output/metrics.json")).read_text())
+    shutil.rmtree(home, ignore_errors=True)
     return {"images_per_sec": metrics["images_per_sec"], "startup_s": round(metrics["fit_start_unix"] - started, 2),
             "wall_s": round(time.time() - started, 1)}
 
