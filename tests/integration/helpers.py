@@ -88,3 +88,10 @@ def check_tf_config(records: dict[str, dict], expected_cluster: dict[str, int], 
         task = record["tf_config"]["task"]
         assert task == {"type": chief_type if role == "chief" else role, "index": int(index)}
         assert cluster[task["type"]][task["index"]] in addresses
+
+
+def epochs_by_attempt(home: Path, job_id: str, replica: str = "worker-0") -> tuple[list[int], list[int]]:
+    """The epochs ``replica`` reported in attempt 0 and in attempt 1 (a resumed run)."""
+    epochs = [(m["attempt"], m["data"]["epoch"]) for m in Store(home).metrics(job_id, "epoch")
+              if m["replica"] == replica]
+    return [e for a, e in epochs if a == 0], [e for a, e in epochs if a == 1]

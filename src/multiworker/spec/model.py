@@ -205,6 +205,10 @@ class JobSpec(_Strict):
     threads_per_replica: int | None = Field(
         None, ge=1, description="CPU threads per replica; default: cores divided among replicas."
     )
+    placement: Literal["spread", "strict_spread", "pack"] | None = Field(
+        None, description="Ray backend: how replicas spread over the cluster's nodes (a placement group "
+        "strategy): `spread` (default, a one-node cluster works), `strict_spread` (one replica per node), `pack`."
+    )
 
     _split_command = field_validator("command", mode="before")(Program._split_command.__func__)
     _stringify_args = field_validator("args", mode="before")(Program._stringify_args.__func__)

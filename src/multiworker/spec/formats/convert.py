@@ -15,8 +15,8 @@ from multiworker.spec.model import ROLES, JobSpec, Program
 __all__ = ["Target", "convert", "DEFAULT_MACHINE_TYPE"]
 
 DEFAULT_MACHINE_TYPE = "n1-standard-4"
-# Settings that only say how to run here (interpreter, directories, threads): noted, never an error.
-_LOCAL_ONLY = ("working_dir", "python", "threads_per_replica")
+# Settings that only say how to run here (interpreter, directories, threads, Ray placement): noted, never an error.
+_LOCAL_ONLY = ("working_dir", "python", "threads_per_replica", "placement")
 _LOCAL_ONLY_POLICY = ("backoff", "evaluator_timeout")
 
 
