@@ -1,4 +1,4 @@
-"""``multiworker convert``: write a job spec in another format (native, Vertex AI, AI Platform, TFJob)."""
+"""``multiworker convert``: write a job spec in another format (native, Vertex AI, AI Platform, TFJob, JobSet)."""
 
 from __future__ import annotations
 
@@ -10,14 +10,14 @@ import typer
 
 __all__ = ["register", "convert"]
 
-_TARGETS = ("native", "vertex", "aiplatform", "tfjob")
+_TARGETS = ("native", "vertex", "aiplatform", "tfjob", "jobset")
 
 
 def convert(
-    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform or TFJob."),
-    to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob."),
+    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform, TFJob or JobSet."),
+    to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob|jobset."),
     image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob|jobset."),
     overrides: list[str] = typer.Option([], "--set", help="Override a native field first: pools.worker.replicas=3."),
     allow_loss: bool = typer.Option(
         False, "--allow-loss", help="Drop what the target cannot express (with a note) instead of failing."
@@ -26,7 +26,8 @@ def convert(
 ) -> None:
     """Convert a job spec between formats. Cloud paths and images are kept as they are.
 
-    Output to tfjob is checked against the Kubeflow TFJob CRD, to vertex against the CustomJob schema.
+    Output to tfjob is checked against the Kubeflow TFJob CRD, to jobset against the JobSet CRD (v0.12.0),
+    to vertex against the CustomJob schema.
     What the target cannot express is an error naming the field (or a note with --allow-loss).
     """
     from multiworker.errors import SpecError

@@ -6,6 +6,9 @@
   manifests/base/crds/kubeflow.org_tfjobs.yaml), pruned to the fields multiworker writes, without
   descriptions, with `additionalProperties: false` on every object (what `kubectl apply
   --validate=strict` enforces).
+- jobset.schema.json: the JobSet CRD's openAPIV3Schema (kubernetes-sigs/jobset v0.12.0,
+  config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml, staged in schemas/jobset/), pruned the
+  same way to the fields multiworker writes.
 - vertex_customjob.schema.json: GoogleCloudAiplatformV1CustomJob and the schemas it refers to, from
   the aiplatform v1 discovery document (revision 20260815), as JSON Schema: int64 fields (strings
   in proto JSON) also accept integers; unknown keys are rejected; required fields as the API
@@ -46,6 +49,41 @@ TFJOB_KEEP = {
                 },
             }
         },
+    },
+}
+_POD_TEMPLATE = {
+    "metadata": True,
+    "spec": {
+        "restartPolicy": True,
+        "containers": {"[]": {"name": True, "image": True, "command": True, "args": True, "env": True,
+                              "resources": True, "workingDir": True, "ports": True}},
+        "nodeSelector": True,
+        "terminationGracePeriodSeconds": True,
+    },
+}
+JOBSET_KEEP = {
+    "apiVersion": True,
+    "kind": True,
+    "metadata": True,
+    "spec": {
+        "network": True,
+        "failurePolicy": True,
+        "successPolicy": True,
+        "startupPolicy": True,
+        "suspend": True,
+        "ttlSecondsAfterFinished": True,
+        "replicatedJobs": {"[]": {
+            "name": True,
+            "replicas": True,
+            "template": {
+                "metadata": True,
+                "spec": {
+                    "parallelism": True, "completions": True, "completionMode": True, "backoffLimit": True,
+                    "activeDeadlineSeconds": True, "podFailurePolicy": True, "successPolicy": True,
+                    "template": _POD_TEMPLATE,
+                },
+            },
+        }},
     },
 }
 VERTEX_REQUIRED = {
@@ -100,6 +138,17 @@ def tfjob_schema(crd_path: Path) -> dict:
             "title": "Kubeflow TFJob kubeflow.org/v1 (training-operator v1.9.0 CRD, pruned)", **schema}
 
 
+def jobset_schema(crd_path: Path) -> dict:
+    crd = yaml.safe_load(crd_path.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2")
+    schema = _prune(version["schema"]["openAPIV3Schema"], JOBSET_KEEP)
+    schema["properties"]["apiVersion"]["const"] = "jobset.x-k8s.io/v1alpha2"
+    schema["properties"]["kind"]["const"] = "JobSet"
+    schema["required"] = ["apiVersion", "kind", "metadata", "spec"]
+    return {"$schema": "http://json-schema.org/draft-07/schema#",
+            "title": "JobSet jobset.x-k8s.io/v1alpha2 (kubernetes-sigs/jobset v0.12.0 CRD, pruned)", **schema}
+
+
 def _vertex_node(node):
     if isinstance(node, dict):
         if "$ref" in node:
@@ -132,6 +181,8 @@ def vertex_schema(discovery_path: Path) -> dict:
 def main(source: str) -> None:
     src = Path(source)
     (HERE / "tfjob.schema.json").write_text(json.dumps(tfjob_schema(src / "kubeflow.org_tfjobs.yaml"), indent=1) + "\n")
+    (HERE / "jobset.schema.json").write_text(
+        json.dumps(jobset_schema(src / "jobset" / "jobset.x-k8s.io_jobsets.yaml"), indent=1) + "\n")
     (HERE / "vertex_customjob.schema.json").write_text(
         json.dumps(vertex_schema(src / "vertexai_v1_customjob_schemas.json"), indent=1) + "\n")
 
