@@ -49,12 +49,26 @@ def convert(
         import yaml
 
         header = f"# {to} job converted by multiworker from {spec_file.name} ({parsed.format})\n"
-        text = header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+        text = header + yaml.dump(doc, Dumper=_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)
     else:
         output.write_text(text, encoding="utf-8")
         typer.echo(f"wrote {output} ({to})", err=True)
+
+
+def _dumper():
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """Lists of numbers (JobSet's exit codes 1-127) on one line."""
+
+        def represent_list(self, data):
+            flow = bool(data) and all(isinstance(v, int) for v in data)
+            return self.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow or None)
+
+    Dumper.add_representer(list, Dumper.represent_list)
+    return Dumper
 
 
 def register(app: typer.Typer) -> None:

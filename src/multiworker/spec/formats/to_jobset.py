@@ -83,7 +83,7 @@ def _replicated_job(t: Target, role: str, replicas: int, cluster: str, output: s
     if "command" not in container:
         raise SpecError(
             f"pool {role} runs the image's entry point; JobSet pods build TF_CONFIG by wrapping the program, "
-            "so set `module` or `command`",
+            "so set `module` (like trainer.task) or `command` to what the image runs",
             source=t.source, field=f"pools.{role}.command",
         )
     container["command"] = ENTRY + container["command"]
