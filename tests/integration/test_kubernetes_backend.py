@@ -4,6 +4,7 @@ create, watch with resourceVersion and a 410 relist, pod logs followed per attem
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -19,6 +20,7 @@ from fakes.kube_cluster import NODE, JobSetScenario, TFJobScenario  # noqa: E402
 
 from multiworker.backends.base import JobState, get_backend  # noqa: E402
 from multiworker.errors import SpecError, UserError  # noqa: E402
+from multiworker.jobs import create_job  # noqa: E402
 from multiworker.spec.formats import load_job  # noqa: E402
 from multiworker.spec.formats._schema import check_schema  # noqa: E402
 from multiworker.store import Store  # noqa: E402
@@ -42,15 +44,11 @@ def fake(tmp_path, monkeypatch):
 
 
 def make_job(tmp_path: Path, text: str = SPEC, **options) -> tuple[Store, str]:
-    from multiworker.backends.local import create_job
-
     path = tmp_path / "job.yaml"
     path.write_text(text)
-    loaded = load_job(path, check=False)
     store = Store()
-    job_id = create_job(store, loaded)
-    store.update_job(job_id, backend="kubernetes",
-                     options_json=json.dumps({"backend_options": {"watch_timeout": 5, **options}}))
+    job_id = create_job(store, load_job(path, check=False), backend="kubernetes",
+                        backend_options={"watch_timeout": 5, **options})
     return store, job_id
 
 
@@ -115,6 +113,7 @@ def test_cancel_deletes_the_jobset_and_its_pods(fake, tmp_path):
     assert deletes and deletes[0].get("propagationPolicy") == "Foreground"
     assert fake.items("jobsets", "team-a") == [] and fake.items("pods", "team-a") == []
     assert "Cancelled" in reasons(store, job_id)
+    assert {r["state"] for r in store.replicas(job_id)} <= {"Stopped", "Succeeded", "Failed"}
 
 
 def test_tfjob_container_restart_in_place(fake, tmp_path):

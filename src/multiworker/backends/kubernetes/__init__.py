@@ -105,27 +105,28 @@ class KubernetesBackend(Backend):
         return handle
 
     def cancel(self, store: "Store", job: dict) -> dict:
+        """Delete the object and its pods, then record Cancelled (the driver, if any, sees it and ends)."""
         from multiworker.backends.kubernetes.api import KINDS, connect
 
+        if JobState(job["state"]).is_terminal:
+            return job
         handle = json.loads(job.get("handle_json") or "null")
-        if handle is not None and not JobState(job["state"]).is_terminal:
+        if handle is not None:
             cluster = connect(handle.get("context"))
             delete_object(cluster, KINDS[handle["api"]], handle["namespace"], handle["name"])
-        if not JobState(job["state"]).is_terminal:
-            what = f"{handle['namespace']}/{handle['name']}" if handle else "the job (never submitted)"
-            store.update_job(job["id"], state=JobState.CANCELLED.value, finished_at=time.time(),
-                             message=f"cancelled; deleted {what} and its pods")
-            store.add_event(job["id"], "Cancelled", f"deleted {what} and its pods", warning=True)
+        what = f"{handle['namespace']}/{handle['name']} and its pods" if handle else "nothing (never submitted)"
+        store.end_job(job["id"], JobState.CANCELLED, f"cancelled by `multiworker cancel`; deleted {what}",
+                      replica_state="Stopped")
         return store.get_job(job["id"])
 
     def reconcile(self, store: "Store", job: dict) -> dict:
         """A job whose driver is gone: read the object's state once (no logs), so status stays truthful."""
         from multiworker.backends.kubernetes.api import KINDS, connect
         from multiworker.backends.kubernetes.mirror import object_state
-        from multiworker.status import supervisor_alive
+        from multiworker.backends.driver import driver_alive
 
         handle = json.loads(job.get("handle_json") or "null")
-        if handle is None or JobState(job["state"]).is_terminal or supervisor_alive(job):
+        if handle is None or JobState(job["state"]).is_terminal or driver_alive(job):
             return job
         try:
             cluster = connect(handle.get("context"))

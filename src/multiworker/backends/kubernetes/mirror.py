@@ -14,9 +14,10 @@ from typing import Any
 
 from multiworker.backends.base import JobState, LogLayout
 from multiworker.backends.kubernetes.api import Cluster, Kind
+from multiworker.backends.ingest import LogIngest
 from multiworker.backends.kubernetes.watch import LogFollower, Watcher
+from multiworker.backends.observer import NullObserver
 from multiworker.cluster import ReplicaId
-from multiworker.metrics_line import parse_metric
 from multiworker.spec.formats.tfjob import CONTAINER
 from multiworker.store import Store
 
@@ -71,8 +72,10 @@ class Mirror:
                  observer: Any = None, *, watch_timeout: int = 30):
         self.store, self.job_id, self.cluster, self.kind = store, job_id, cluster, kind
         self.namespace, self.name = handle["namespace"], handle["name"]
-        self.obs = observer
+        self.obs = observer or NullObserver()
         job = store.get_job(job_id)
+        primary = "chief-0" if '"chief"' in job["spec_json"] else "worker-0"
+        self.ingest = LogIngest(store, job_id, self.obs, primary=primary)
         self.layout = LogLayout(Path(job["job_dir"]))
         self.queue: queue.Queue = queue.Queue()
         self.watch_timeout = watch_timeout
@@ -149,20 +152,21 @@ class Mirror:
 
     def _tick(self) -> None:
         self.store.update_job(self.job_id, heartbeat_at=time.time())
+        self.ingest.flush_progress()
         if self.stop_signal is not None and self.final is None:
             from multiworker.backends.kubernetes import delete_object
 
             delete_object(self.cluster, self.kind, self.namespace, self.name)
             name = signal.Signals(self.stop_signal).name
             self.final = (JobState.CANCELLED, f"cancelled by {name}; the {self.kind.kind} and its pods were deleted")
-        elif self.store.get_job(self.job_id)["state"] == JobState.CANCELLED.value:
+        elif JobState(self.store.get_job(self.job_id)["state"]).is_terminal:  # cancelled from elsewhere
             self.final = (JobState.CANCELLED, self.store.get_job(self.job_id).get("message") or "cancelled")
 
     # -- objects ------------------------------------------------------------------------------
     def _on_object(self, obj: dict, *, deleted: bool) -> None:
         if deleted:
             if self.final is None:
-                self.final = (JobState.CANCELLED, f"the {self.kind.kind} was deleted outside multiworker")
+                self.final = (JobState.CANCELLED, f"the {self.kind.kind} was deleted (multiworker cancel or kubectl delete)")
             return
         state, message, restarts = object_state(self.kind, obj)
         self._restarts(restarts)
@@ -243,17 +247,8 @@ class Mirror:
         follower.start()
 
     def _line(self, replica: str, attempt: int, text: str) -> None:
-        metric = parse_metric(text)
-        if metric is None:
-            if self.obs is not None and hasattr(self.obs, "on_line"):
-                self.obs.on_line(replica, text)
-            return
-        if metric["kind"] == "progress":
-            self.store.set_progress(self.job_id, attempt, {replica: metric})
-        else:
-            self.store.add_metric(self.job_id, attempt, replica, metric)
-        if self.obs is not None and hasattr(self.obs, "on_metric"):
-            self.obs.on_metric(replica, metric, primary=replica in ("chief-0", "worker-0"))
+        self.ingest.attempt = attempt  # TFJob replicas restart one by one: each line carries its own
+        self.ingest.feed(replica, text.encode() + b"\n")
 
     def _finish_logs(self, grace: float = 10.0) -> None:
         """Final pod states, then the rest of every log (finished containers' streams end by themselves)."""
@@ -270,19 +265,25 @@ class Mirror:
         self._drain(0.0)
 
     def _record_final(self, state: JobState, message: str) -> JobState:
+        self.ingest.flush_progress()
         self.store.end_attempt(self.job_id, self.attempt, state.value)
+        recorded = JobState(self.store.get_job(self.job_id)["state"])
+        if recorded.is_terminal:  # `multiworker cancel` recorded it from another process
+            state, message = recorded, self.store.get_job(self.job_id)["message"] or message
+        else:
+            self._event(state.value, message or f"{self.kind.kind} {self.name}: {state.value}",
+                        warning=state is not JobState.SUCCEEDED)
         self.store.update_job(self.job_id, state=state.value, finished_at=time.time(), message=message,
                               restarts=self.restarts, heartbeat_at=time.time())
-        self._event(state.value, message or f"{self.kind.kind} {self.name}: {state.value}",
-                    warning=state is not JobState.SUCCEEDED)
-        if self.obs is not None and hasattr(self.obs, "on_finish"):
-            self.obs.on_finish(state.value, message)
+        for rep in self.store.replicas(self.job_id):  # pods deleted with the object (ps, evaluator, a cancel)
+            if rep["state"] in ("Pending", "Running"):
+                self.store.upsert_replica(self.job_id, rep["role"], rep["idx"], state="Stopped", finished_at=time.time())
+        self.obs.on_finish(state.value, message)
         return state
 
     def _event(self, reason: str, message: str, *, replica: str | None = None, warning: bool = False) -> None:
         self.store.add_event(self.job_id, reason, message, replica=replica, warning=warning)
-        if self.obs is not None and hasattr(self.obs, "on_event"):
-            self.obs.on_event(reason, message, replica=replica, warning=warning)
+        self.obs.on_event(reason, message, replica=replica, warning=warning)
 
     def _install_signal_handlers(self) -> dict:
         def handler(signum, _frame):
