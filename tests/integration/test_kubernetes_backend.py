@@ -168,3 +168,54 @@ def test_check_refuses_before_anything_is_created(fake, tmp_path):
     path.write_text(SPEC)
     assert backend.check(load_job(path, check=False), {}) == []
     assert fake.calls("POST", "/") == []
+
+
+# -- through the CLI, as a user runs it ------------------------------------------------------------
+
+def mw(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "multiworker", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_cli_run_status_logs_on_kubernetes(fake, tmp_path):
+    scenario = JobSetScenario(fake, fail="worker-0")
+    scenario.start()
+    path = tmp_path / "job.yaml"
+    path.write_text(SPEC.replace("image: gcr.io/p/t:v1\n", ""))
+    proc = mw("run", str(path), "--backend", "kubernetes", "--image", "gcr.io/p/t:v1", "--namespace", "ml",
+              "--context", "fake", "-q", "--", "--lr", "0.1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    job_id = Store().resolve("last")
+    created = fake.get("jobsets", "ml", f"mnist-{job_id[:6]}")
+    container = created["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert container["image"] == "gcr.io/p/t:v1" and container["args"] == ["--epochs", "2", "--lr", "0.1"]
+    status = json.loads(mw("status", job_id, "--json").stdout)
+    assert status["state"] == "Succeeded" and status["restarts"] == 1
+    logs = mw("logs", job_id, "--replica", "worker-0", "--attempt", "0")
+    assert "worker-0 attempt 0: killed" in logs.stdout
+    assert "worker-0 attempt 1: done" in mw("logs", job_id, "--replica", "worker-0").stdout
+
+
+def test_cli_detached_run_keeps_syncing_and_cancel_deletes(fake, tmp_path):
+    JobSetScenario(fake, hold=True).start()
+    path = tmp_path / "job.yaml"
+    path.write_text(SPEC)
+    proc = mw("run", str(path), "--backend", "kubernetes", "--detach")
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    fake.wait_for(lambda f: Store().get_job(job_id)["state"] == "Running", timeout=60)
+    proc = mw("cancel", job_id)
+    assert proc.returncode == 0, proc.stderr
+    assert fake.items("jobsets", "ml") == [] and fake.items("pods", "ml") == []
+    fake.wait_for(lambda f: not __import__("multiworker.procs", fromlist=["x"]).pid_alive(
+        Store().get_job(job_id)["supervisor_pid"]), timeout=60)  # the detached driver ended by itself
+    assert Store().get_job(job_id)["state"] == "Cancelled"
+
+
+def test_cli_auth_failure_exit_2_one_line(fake, tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(fake.kubeconfig(tmp_path / "bad", token="expired")))
+    path = tmp_path / "job.yaml"
+    path.write_text(SPEC)
+    proc = mw("run", str(path), "--backend", "kubernetes")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert proc.stderr.startswith("error: kubernetes context fake") and "401" in proc.stderr

@@ -32,7 +32,7 @@ def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], ima
 
 
 def run(
-    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform or TFJob."),
+    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform, TFJob or JobSet."),
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
     inject_failure: list[str] = typer.Option(
@@ -41,11 +41,16 @@ def run(
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's INFO/WARNING log lines."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob."),
-    image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset."),
+    image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND "
+                                    "(with --backend kubernetes: the image pools without one run)."),
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
     backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: namespace (default: the context's)."),
+    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context (default: current)."),
+    kubernetes_api: Optional[str] = typer.Option(
+        None, "--kubernetes-api", help="kubernetes: create a jobset (default) or a tfjob (needs the TFJob operator)."),
 ) -> None:
     """Run a job: every replica a process with the cloud's TF_CONFIG, supervised and restarted as a group.
 
@@ -55,14 +60,19 @@ def run(
     from multiworker.backends.daemon import start_detached
     from multiworker.jobs import create_job
     from multiworker.monitor.console import ConsoleObserver
+    from multiworker.spec.formats import load_job
     from multiworker.store import Store
 
     console = Console(highlight=False, soft_wrap=True)
-    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path)
+    remote = not get_backend(backend).supervised_here  # the platform runs the images: nothing to map locally
+    pool_image = _remote_image(image, backend) if remote else None
+    loaded = (load_job(spec_file, format=fmt, overrides=overrides or (), check=False) if remote
+              else load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path))
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()
-    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(),
+    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(
+                            namespace=namespace, context=context, kubernetes_api=kubernetes_api, image=pool_image),
                         trainer_args=trainer_args or [], inject_failures=inject_failure)
     job = store.get_job(job_id)
     for note in json.loads(job["options_json"])["notes"][len(loaded.notes):]:  # the backend's own
@@ -80,6 +90,16 @@ def run(
     state = get_backend(backend).run(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
     _print_outcome(console, store, job_id, state)
     raise typer.Exit(state.exit_code)
+
+
+def _remote_image(images: list[str], backend: str) -> Optional[str]:
+    """On a platform backend ``--image IMAGE`` is the pools' image (not an IMAGE=COMMAND mapping)."""
+    from multiworker.errors import UserError
+
+    if len(images) > 1 or any("=" in i for i in images):
+        raise UserError(f"--image: with --backend {backend} give the one container image the pools run "
+                        "(--image gcr.io/p/trainer:v1), not IMAGE=COMMAND mappings")
+    return images[0] if images else None
 
 
 def _print_outcome(console: Console, store, job_id: str, state: str) -> None:

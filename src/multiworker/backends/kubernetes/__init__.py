@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -53,6 +54,16 @@ def delete_object(cluster: "Cluster", kind: "Kind", namespace: str, name: str) -
         log.info("deleting pods of %s: %s", name, exc)
 
 
+def _with_trainer_args(spec, job: dict):
+    """Arguments given after ``--`` on ``multiworker run`` go to every pool, as they do locally."""
+    extra = json.loads(job.get("options_json") or "{}").get("trainer_args") or []
+    if not extra:
+        return spec
+    pools = {role: pool.model_copy(update={"args": list(spec.resolved(role).args or []) + extra})
+             for role, pool in spec.pools.items()}
+    return spec.model_copy(update={"pools": pools})
+
+
 class KubernetesBackend(Backend):
     name = "kubernetes"
     extra = "kubernetes"
@@ -76,10 +87,12 @@ class KubernetesBackend(Backend):
         cluster = connect(options.get("context"))
         handle = json.loads(job.get("handle_json") or "null")
         if handle is None:
-            spec = JobSpec.model_validate_json(job["spec_json"])
+            spec = _with_trainer_args(JobSpec.model_validate_json(job["spec_json"]), job)
             handle = self._create(store, job, spec, options, cluster)
         kind = KINDS[handle["api"]]
-        store.update_job(job_id, heartbeat_at=time.time(), supervisor_pid=os.getpid())
+        if threading.current_thread() is threading.main_thread():  # SIGTERM reaches it: `cancel` may stop it
+            store.update_job(job_id, supervisor_pid=os.getpid())
+        store.update_job(job_id, heartbeat_at=time.time())
         return Mirror(store, job_id, cluster, kind, handle, observer,
                       watch_timeout=int(options.get("watch_timeout") or 30)).run()
 
@@ -104,16 +117,19 @@ class KubernetesBackend(Backend):
         store.add_event(job["id"], "Submitted", f"created {kind.kind} {namespace}/{name} on {cluster.where}")
         return handle
 
-    def cancel(self, store: "Store", job: dict) -> dict:
-        """Delete the object and its pods, then record Cancelled (the driver, if any, sees it and ends)."""
+    def cancel(self, store: "Store", job: dict, *, timeout: float | None = None) -> dict:
+        """Stop the driver if one runs (it deletes the object and records Cancelled), then make sure:
+        delete the object and its pods here and record Cancelled if nothing did."""
+        from multiworker.backends.driver import driver_alive, stop_driver
         from multiworker.backends.kubernetes.api import KINDS, connect
 
         if JobState(job["state"]).is_terminal:
             return job
+        if job.get("supervisor_pid") and driver_alive(job):
+            job = stop_driver(store, job, timeout)
         handle = json.loads(job.get("handle_json") or "null")
         if handle is not None:
-            cluster = connect(handle.get("context"))
-            delete_object(cluster, KINDS[handle["api"]], handle["namespace"], handle["name"])
+            delete_object(connect(handle.get("context")), KINDS[handle["api"]], handle["namespace"], handle["name"])
         what = f"{handle['namespace']}/{handle['name']} and its pods" if handle else "nothing (never submitted)"
         store.end_job(job["id"], JobState.CANCELLED, f"cancelled by `multiworker cancel`; deleted {what}",
                       replica_state="Stopped")

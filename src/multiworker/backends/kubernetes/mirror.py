@@ -259,8 +259,10 @@ class Mirror:
                 self._on_pod(pod, deleted=False)
         except Exception as exc:  # noqa: BLE001 - the final view is best effort; the state is known
             log.info("final pod list: %s", exc)
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and any(f.is_alive() for f in self.followers.values()):
+        start = time.monotonic()
+        deadline = start + grace
+        while time.monotonic() < deadline and (time.monotonic() < start + 1.0  # events recorded with the end
+                                               or any(f.is_alive() for f in self.followers.values())):
             self._drain(0.1)
         self._drain(0.0)
 
