@@ -127,26 +127,26 @@ def _prune(node: dict, keep) -> dict:
                                                                            "additionalProperties": False}
 
 
-def tfjob_schema(crd_path: Path) -> dict:
+def _crd_schema(crd_path: Path, version: str, keep: dict, api_version: str, kind: str, required: list[str],
+                title: str) -> dict:
     crd = yaml.safe_load(crd_path.read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    schema = _prune(version["schema"]["openAPIV3Schema"], TFJOB_KEEP)
-    schema["properties"]["apiVersion"]["const"] = "kubeflow.org/v1"
-    schema["properties"]["kind"]["const"] = "TFJob"
-    schema["required"] = ["apiVersion", "kind", "spec"]
-    return {"$schema": "http://json-schema.org/draft-07/schema#",
-            "title": "Kubeflow TFJob kubeflow.org/v1 (training-operator v1.9.0 CRD, pruned)", **schema}
+    served = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    schema = _prune(served["schema"]["openAPIV3Schema"], keep)
+    schema["properties"]["apiVersion"]["const"] = api_version
+    schema["properties"]["kind"]["const"] = kind
+    schema["required"] = required
+    return {"$schema": "http://json-schema.org/draft-07/schema#", "title": title, **schema}
+
+
+def tfjob_schema(crd_path: Path) -> dict:
+    return _crd_schema(crd_path, "v1", TFJOB_KEEP, "kubeflow.org/v1", "TFJob", ["apiVersion", "kind", "spec"],
+                       "Kubeflow TFJob kubeflow.org/v1 (training-operator v1.9.0 CRD, pruned)")
 
 
 def jobset_schema(crd_path: Path) -> dict:
-    crd = yaml.safe_load(crd_path.read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1alpha2")
-    schema = _prune(version["schema"]["openAPIV3Schema"], JOBSET_KEEP)
-    schema["properties"]["apiVersion"]["const"] = "jobset.x-k8s.io/v1alpha2"
-    schema["properties"]["kind"]["const"] = "JobSet"
-    schema["required"] = ["apiVersion", "kind", "metadata", "spec"]
-    return {"$schema": "http://json-schema.org/draft-07/schema#",
-            "title": "JobSet jobset.x-k8s.io/v1alpha2 (kubernetes-sigs/jobset v0.12.0 CRD, pruned)", **schema}
+    return _crd_schema(crd_path, "v1alpha2", JOBSET_KEEP, "jobset.x-k8s.io/v1alpha2", "JobSet",
+                       ["apiVersion", "kind", "metadata", "spec"],
+                       "JobSet jobset.x-k8s.io/v1alpha2 (kubernetes-sigs/jobset v0.12.0 CRD, pruned)")
 
 
 def _vertex_node(node):
