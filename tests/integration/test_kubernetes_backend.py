@@ -219,3 +219,12 @@ def test_cli_auth_failure_exit_2_one_line(fake, tmp_path, monkeypatch):
     proc = mw("run", str(path), "--backend", "kubernetes")
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("error: kubernetes context fake") and "401" in proc.stderr
+
+
+def test_cli_refuses_local_only_options(tmp_path):
+    path = tmp_path / "job.yaml"
+    path.write_text(SPEC)
+    for extra, match in ((["--image", "gcr.io/p/t:v1=python x.py"], "not IMAGE=COMMAND"),
+                         (["--inject-failure", "worker-1@5s"], "kill a pod there")):
+        proc = mw("run", str(path), "--backend", "kubernetes", *extra)
+        assert proc.returncode == 2 and match in proc.stderr and proc.stderr.count("\n") == 1, proc.stderr

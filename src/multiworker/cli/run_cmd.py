@@ -65,7 +65,7 @@ def run(
 
     console = Console(highlight=False, soft_wrap=True)
     remote = not get_backend(backend).supervised_here  # the platform runs the images: nothing to map locally
-    pool_image = _remote_image(image, backend) if remote else None
+    pool_image = _remote_image(image, backend, inject_failure) if remote else None
     loaded = (load_job(spec_file, format=fmt, overrides=overrides or (), check=False) if remote
               else load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path))
     for note in loaded.notes:
@@ -92,9 +92,13 @@ def run(
     raise typer.Exit(state.exit_code)
 
 
-def _remote_image(images: list[str], backend: str) -> Optional[str]:
+def _remote_image(images: list[str], backend: str, injections: list[str]) -> Optional[str]:
     """On a platform backend ``--image IMAGE`` is the pools' image (not an IMAGE=COMMAND mapping)."""
     from multiworker.errors import UserError
+
+    if injections:
+        raise UserError(f"--inject-failure: the platform runs the replicas of a {backend} job, not multiworker; "
+                        "kill a pod there instead (kubectl delete pod POD)")
 
     if len(images) > 1 or any("=" in i for i in images):
         raise UserError(f"--image: with --backend {backend} give the one container image the pools run "
