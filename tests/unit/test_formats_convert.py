@@ -294,6 +294,7 @@ def test_schema_copies_are_current():
     spec.loader.exec_module(extract)
     assert load_schema("tfjob") == extract.tfjob_schema(staged / "kubeflow.org_tfjobs.yaml")
     assert load_schema("vertex") == extract.vertex_schema(staged / "vertexai_v1_customjob_schemas.json")
+    assert load_schema("jobset") == extract.jobset_schema(staged / "jobset" / "jobset.x-k8s.io_jobsets.yaml")
 
 
 # -- CLI ------------------------------------------------------------------------------------

@@ -195,6 +195,7 @@ class Placement:
 BACKENDS: dict[str, str] = {
     "local": "multiworker.backends.local:LocalBackend",
     "ray": "multiworker.backends.ray:RayBackend",
+    "kubernetes": "multiworker.backends.kubernetes:KubernetesBackend",
 }
 
 

@@ -1,4 +1,4 @@
-"""``multiworker convert``: write a job spec in another format (native, Vertex AI, AI Platform, TFJob)."""
+"""``multiworker convert``: write a job spec in another format (native, Vertex AI, AI Platform, TFJob, JobSet)."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import typer
 
 __all__ = ["register", "convert"]
 
-_TARGETS = ("native", "vertex", "aiplatform", "tfjob")
+_TARGETS = ("native", "vertex", "aiplatform", "tfjob", "jobset")
 
 
 def convert(
     source: list[str] = typer.Argument(
         ..., metavar="SPEC_FILE | -- GCLOUD_COMMAND...",
-        help="Job spec (native YAML, Vertex CustomJob, AI Platform, TFJob), or after `--` a gcloud training command.",
+        help="Job spec (native YAML, Vertex CustomJob, AI Platform, TFJob, JobSet), or after `--` a gcloud training command.",
     ),
-    to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob."),
+    to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob|jobset."),
     image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob|jobset."),
     overrides: list[str] = typer.Option([], "--set", help="Override a native field first: pools.worker.replicas=3."),
     allow_loss: bool = typer.Option(
         False, "--allow-loss", help="Drop what the target cannot express (with a note) instead of failing."
@@ -31,7 +31,8 @@ def convert(
 
     A gcloud command goes after `--`, as pasted: `multiworker convert --to vertex -o job.yaml -- gcloud ai
     custom-jobs create --display-name J --worker-pool-spec=...` (or `gcloud ai-platform jobs submit training`).
-    Output to tfjob is checked against the Kubeflow TFJob CRD, to vertex against the CustomJob schema.
+    Output to tfjob is checked against the Kubeflow TFJob CRD, to jobset against the JobSet CRD (v0.12.0),
+    to vertex against the CustomJob schema.
     What the target cannot express is an error naming the field (or a note with --allow-loss).
     """
     from multiworker.errors import SpecError
@@ -58,7 +59,7 @@ def convert(
         import yaml
 
         header = f"# {to} job converted by multiworker from {name} ({parsed.format})\n"
-        text = header + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True)
+        text = header + yaml.dump(doc, Dumper=_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True)
     if output is None:
         typer.echo(text, nl=False)
     else:
@@ -80,6 +81,20 @@ def _from_gcloud(line: list[str], fmt: Optional[str], overrides: list[str]):
     if run_only:
         job.parsed.notes.append(f"{', '.join(run_only)}: for runs only, not part of the converted job")
     return job.parsed, job.source, [*job.local.get("set", []), *overrides]
+
+
+def _dumper():
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        """Lists of numbers (JobSet's exit codes 1-127) on one line."""
+
+        def represent_list(self, data):
+            flow = bool(data) and all(isinstance(v, int) for v in data)
+            return self.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow or None)
+
+    Dumper.add_representer(list, Dumper.represent_list)
+    return Dumper
 
 
 def register(app: typer.Typer) -> None:

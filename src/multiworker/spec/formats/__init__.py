@@ -1,4 +1,4 @@
-"""Job spec formats: native YAML, Vertex AI CustomJob, AI Platform trainingInput and Kubeflow TFJob.
+"""Job spec formats: native YAML, Vertex AI CustomJob, AI Platform trainingInput, Kubeflow TFJob and JobSet.
 
 ``load_job`` reads any of them into a validated native spec that runs here; ``parse_job`` reads one
 without making it local (for conversions); ``convert`` writes a spec in another format.
@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats import aiplatform, tfjob, vertex
+from multiworker.spec.formats import aiplatform, jobset, tfjob, vertex
 from multiworker.spec.formats._common import Parsed
 from multiworker.spec.formats.detect import FORMATS, detect
 from multiworker.spec.load import (
@@ -25,7 +25,7 @@ from multiworker.spec.load import (
 
 __all__ = ["FORMATS", "detect", "load_job", "load_parsed", "parse_job", "Parsed"]
 
-_PARSERS = {"vertex": vertex.parse, "aiplatform": aiplatform.parse, "tfjob": tfjob.parse}
+_PARSERS = {"vertex": vertex.parse, "aiplatform": aiplatform.parse, "tfjob": tfjob.parse, "jobset": jobset.parse}
 
 
 def parse_job(path: str | Path, *, format: str | None = None, data: Any = None) -> Parsed:

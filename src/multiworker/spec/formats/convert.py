@@ -127,9 +127,10 @@ def convert(parsed: Parsed, to: str, *, source: str, image: str | None = None,
 
 
 def _writers():
-    from multiworker.spec.formats import to_aiplatform, to_tfjob, to_vertex
+    from multiworker.spec.formats import to_aiplatform, to_jobset, to_tfjob, to_vertex
 
-    return {"vertex": to_vertex.write, "aiplatform": to_aiplatform.write, "tfjob": to_tfjob.write}
+    return {"vertex": to_vertex.write, "aiplatform": to_aiplatform.write, "tfjob": to_tfjob.write,
+            "jobset": to_jobset.write}
 
 
 def _carry_over(target: Target, parsed: Parsed) -> None:
