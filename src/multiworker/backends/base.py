@@ -185,6 +185,7 @@ class Placement:
 # name -> "module:Class"; imported only when used, so optional extras stay optional.
 BACKENDS: dict[str, str] = {
     "local": "multiworker.backends.local:LocalBackend",
+    "vertex": "multiworker.backends.vertex:VertexBackend",
 }
 
 
