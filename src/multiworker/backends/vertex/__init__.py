@@ -3,7 +3,8 @@ as sdists in the staging bucket), Vertex AI runs and restarts it, and this backe
 and Cloud Logging output into the store and the per-replica logs.
 
 Options (``backend_options``): project, region, staging_bucket (gs://B), image (a container for every
-pool), executor_image (overrides the prebuilt TensorFlow image of Python-module pools).
+pool), executor_image (overrides the prebuilt TensorFlow image of Python-module pools), allow_loss
+(settings Vertex AI cannot express become notes instead of errors).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ def _poll_seconds() -> float:
 
 def _options(raw: dict[str, Any]) -> dict[str, Any]:
     """The backend's options with defaults: project from the options or the environment's gcloud config."""
-    opts = {k: raw.get(k) for k in ("project", "region", "staging_bucket", "image", "executor_image")}
+    opts = {k: raw.get(k) for k in ("project", "region", "staging_bucket", "image", "executor_image", "allow_loss")}
     opts["region"] = opts["region"] or DEFAULT_REGION
     opts["project"] = opts["project"] or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
     if not opts["project"]:
@@ -56,10 +57,15 @@ class VertexBackend(Backend):
     extra = "vertex"
     supervised_here = False
 
-    def _plan(self, spec, opts: dict, *, job_id: str, trainer_args=(), source: str = "<spec>") -> Plan:
+    def _plan(self, spec, opts: dict, *, job_id: str, trainer_args=(), source: str = "<spec>",
+              checked: bool = False) -> Plan:
+        """The CustomJob plan. ``checked``: ``check`` already refused what Vertex AI cannot express (a
+        spec read back from the store no longer tells defaults from written fields), so only note it."""
         plan = plan_job(spec, job_id=job_id, region=opts["region"], image=opts["image"],
                         executor=opts["executor_image"], staging_bucket=opts["staging_bucket"],
-                        trainer_args=trainer_args, source=source)
+                        trainer_args=trainer_args, source=source, allow_loss=checked or bool(opts["allow_loss"]))
+        if checked:  # what check() refused or noted about written fields, it said then
+            plan.notes[:] = [n for n in plan.notes if not n.startswith("--allow-loss: ")]
         if plan.package_pools and not opts["staging_bucket"]:
             raise UserError("--staging-bucket: a Python-module job is uploaded as an sdist; pass --staging-bucket "
                             "gs://BUCKET, or --image IMAGE to run a container that holds the trainer")
@@ -79,7 +85,8 @@ class VertexBackend(Backend):
         try:
             opts, trainer_args = _job_options(job)
             spec = JobSpec.model_validate_json(job["spec_json"])
-            plan = self._plan(spec, opts, job_id=job_id, trainer_args=trainer_args, source=job.get("spec_path") or "<spec>")
+            plan = self._plan(spec, opts, job_id=job_id, trainer_args=trainer_args, source=job.get("spec_path") or "<spec>",
+                              checked=True)
             from multiworker.backends.vertex.gcp import Cloud
 
             cloud = Cloud(opts["project"], opts["region"])

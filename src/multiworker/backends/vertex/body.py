@@ -105,10 +105,12 @@ def task_replicas(pools: list[tuple[str, int, str]]) -> dict[str, str]:
 
 def plan_job(spec: JobSpec, *, job_id: str, region: str, image: str | None = None,
              executor: str | None = None, staging_bucket: str | None = None,
-             trainer_args: list[str] | tuple[str, ...] = (), source: str = "<spec>") -> Plan:
+             trainer_args: list[str] | tuple[str, ...] = (), source: str = "<spec>",
+             allow_loss: bool = False) -> Plan:
     """The CustomJob body for ``spec``: a pool whose program has an image (its own, the job's or
     ``image``) is a container pool; a Python-module pool without one runs from the packaged working
-    directory on ``executor`` (default: the prebuilt TensorFlow image). ``output_dir`` must be gs://."""
+    directory on ``executor`` (default: the prebuilt TensorFlow image). ``output_dir`` must be gs://.
+    What Vertex AI cannot express is an error, or a note with ``allow_loss``."""
     notes: list[str] = []
     gpu = any(str((spec.resolved(r).machine or {}).get("accelerator_type", "")).startswith("NVIDIA")
               for r in spec.replica_counts())
@@ -120,7 +122,7 @@ def plan_job(spec: JobSpec, *, job_id: str, region: str, image: str | None = Non
     tf_minor = None
     if module_roles and not executor:
         executor, tf_minor = executor_image(region, gpu=gpu, notes=notes)
-    target = _RunTarget(spec=spec, to="vertex", source=source, image=image or executor)
+    target = _RunTarget(spec=spec, to="vertex", source=source, image=image or executor, allow_loss=allow_loss)
     body = write(target)
     pools = target.roles(PLATFORM)
     notes += [n for n in dict.fromkeys(target.notes) if n not in notes]

@@ -42,14 +42,14 @@ def api_error(exc: Exception, *, project: str, region: str, what: str) -> Except
 
     message = getattr(exc, "message", None) or str(exc)
     message = " ".join(str(message).split())[:300]
-    if isinstance(exc, gexc.Unauthenticated):
+    if isinstance(exc, (gexc.Unauthenticated, gexc.Unauthorized)):
         return UserError(f"{what}: the credentials were refused ({message}); run "
                          "`gcloud auth application-default login`")
     if isinstance(exc, gexc.PermissionDenied):
         return UserError(f"--project {project}: {what} was refused ({message}); check the project id, that the "
                          "Vertex AI and Cloud Storage APIs are enabled in it, and that your account has the "
                          "Vertex AI User and Storage Object Admin roles")
-    if isinstance(exc, gexc.TooManyRequests) or isinstance(exc, gexc.ResourceExhausted):
+    if isinstance(exc, (gexc.TooManyRequests, gexc.ResourceExhausted)):
         return UserError(f"--project {project} --region {region}: {what}: quota exceeded ({message}); request more "
                          "quota (IAM & Admin > Quotas), use smaller machines or another region")
     if isinstance(exc, gexc.NotFound):
@@ -180,5 +180,7 @@ class Cloud:
 
 
 def _to_dict(message) -> dict:
-    """A proto-plus message as its REST JSON (camelCase, enum names)."""
-    return json.loads(type(message).to_json(message, use_integers_for_enums=False))
+    """A proto-plus message as its REST JSON (camelCase, enum names, unset fields left out)."""
+    from google.protobuf.json_format import MessageToDict
+
+    return MessageToDict(type(message).pb(message))

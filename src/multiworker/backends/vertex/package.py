@@ -9,6 +9,7 @@ import re
 import shutil
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 from multiworker.errors import UserError
@@ -27,11 +28,13 @@ def build_sdist(source: Path, outdir: Path) -> Path:
     from pyproject_hooks import quiet_subprocess_runner
 
     builder = ProjectBuilder(source, python_executable=sys.executable, runner=quiet_subprocess_runner)
-    missing = sorted(str(next(iter(m))) for m in builder.check_dependencies("sdist"))
-    if missing:
-        raise UserError(f"{source}: building its sdist needs {', '.join(missing)}; pip install them here")
     try:
-        return Path(builder.build("sdist", outdir))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. setuptools' "[tool.setuptools] is beta", re-raised by build
+            missing = sorted(str(next(iter(m))) for m in builder.check_dependencies("sdist"))
+            if missing:
+                raise UserError(f"{source}: building its sdist needs {', '.join(missing)}; pip install them here")
+            return Path(builder.build("sdist", outdir))
     except (BuildException, BuildBackendException) as exc:
         cause = exc.exception if isinstance(exc, BuildBackendException) else exc
         raise UserError(f"{source}: the sdist build failed ({cause}); try `python -m build --sdist` there") from exc
