@@ -72,7 +72,7 @@ def list_jobs(
 # -- status --------------------------------------------------------------------------------
 def render_status(doc: dict, console: Console) -> None:
     """The human view of a status document."""
-    from multiworker.backends.local.console import format_progress
+    from multiworker.monitor.format import format_progress
     from multiworker.monitor.watch import replica_progress
 
     console.print(f"[bold]{doc['id']}[/bold]  {escape(doc['name'])}  [bold]{_state(doc['state'])}[/bold]  "
@@ -203,8 +203,8 @@ def cancel(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Stop running jobs cleanly: every replica stopped, state Cancelled. Ended jobs are left as they are."""
+    from multiworker.backends.base import JobState
     from multiworker.monitor.lifecycle import cancel_job
-    from multiworker.store import TERMINAL_STATES
 
     store = _store()
     out = []
@@ -218,7 +218,7 @@ def cancel(
         return
     console = _console()
     for r in out:
-        if r["was"] in TERMINAL_STATES:
+        if JobState(r["was"]).is_terminal:
             console.print(f"{r['id']}: already {_state(r['state'])}")
         else:
             console.print(f"{r['id']}: {_state(r['state'])}")
