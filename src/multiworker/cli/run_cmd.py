@@ -23,12 +23,13 @@ def backend_options(**given) -> dict:
 
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
-                  dockerfile: Optional[Path], map_paths: list[str]):
-    """Shared by run and validate: every format, made local with every mapping option."""
+                  dockerfile: Optional[Path], map_paths: list[str], *, local: bool = True):
+    """Shared by run and validate: every format, made local with every mapping option (``local``:
+    False for a platform-managed backend, which keeps images and gs:// paths as they are)."""
     from multiworker.spec.formats import load_job
 
     return load_job(spec_file, format=fmt, overrides=overrides or (), images=images or (),
-                    dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or ())
+                    dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or (), check=local)
 
 
 def run(
@@ -42,10 +43,17 @@ def run(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's INFO/WARNING log lines."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob."),
-    image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
+    image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND; "
+                                    "with --backend vertex: the container image every pool runs."),
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
     backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
+    project: Optional[str] = typer.Option(None, "--project", help="vertex: Google Cloud project id."),
+    region: Optional[str] = typer.Option(None, "--region", help="vertex: region (default us-central1)."),
+    staging_bucket: Optional[str] = typer.Option(None, "--staging-bucket", help="vertex: gs://BUCKET for packages and output."),
+    executor_image: Optional[str] = typer.Option(None, "--executor-image",
+                                                 help="vertex: image that runs Python-module pools (default: prebuilt TensorFlow)."),
+    allow_loss: bool = typer.Option(False, "--allow-loss", help="vertex: note, instead of refusing, settings it cannot hold."),
 ) -> None:
     """Run a job: every replica a process with the cloud's TF_CONFIG, supervised and restarted as a group.
 
@@ -58,11 +66,17 @@ def run(
     from multiworker.store import Store
 
     console = Console(highlight=False, soft_wrap=True)
-    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path)
+    cloud_image = None
+    if backend == "vertex":  # --image names the container itself
+        cloud_image, image = (image[-1] if image else None), []
+    local = get_backend(backend).supervised_here
+    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, local=local)
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()
-    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(),
+    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(
+                            project=project, region=region, staging_bucket=staging_bucket, image=cloud_image,
+                            executor_image=executor_image, allow_loss=allow_loss or None),
                         trainer_args=trainer_args or [], inject_failures=inject_failure)
     job = store.get_job(job_id)
     for note in json.loads(job["options_json"])["notes"][len(loaded.notes):]:  # the backend's own

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import tempfile
 import time
 from pathlib import Path
@@ -182,18 +183,22 @@ class VertexBackend(Backend):
         handle = json.loads(job["handle_json"])
         reader = LogReader(cloud, LogLayout(Path(job["job_dir"])), job_number=handle["job_number"], tasks=handle["tasks"])
         replicas = list(handle["tasks"].values())
+        previous = _stop_on_signals()
         try:
             while True:
                 self._read_logs(reader, observer)
                 state = mirror(store, job_id, remote, replicas, reader.active)
                 if state.is_terminal:
                     break
-                time.sleep(_poll_seconds())
+                _beat_sleep(store, job_id, _poll_seconds())
                 remote = cloud.get_job(handle["resource_name"])
         except KeyboardInterrupt:
             store.add_event(job_id, "Interrupted", "stopping: cancelling the CustomJob", warning=True)
             remote = self._cancel_remote(cloud, handle["resource_name"])
             state = job_state(remote) if job_state(remote).is_terminal else JobState.CANCELLED
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
         self._read_logs(reader, observer)
         mirror(store, job_id, remote, replicas, reader.active)
         message = finish(store, job_id, remote, state)
@@ -229,7 +234,7 @@ class VertexBackend(Backend):
         return remote
 
     # -- from other processes --------------------------------------------------------------------
-    def cancel(self, store, job: dict) -> dict:
+    def cancel(self, store, job: dict, *, timeout: float | None = None) -> dict:
         from multiworker.backends.vertex.gcp import Cloud
         from multiworker.backends.vertex.mirror import finish, job_state
 
@@ -242,7 +247,7 @@ class VertexBackend(Backend):
             store.add_event(job["id"], "Cancelled", "cancelled before it was submitted")
             return store.get_job(job["id"])
         cloud = Cloud(handle["project"], handle["region"])
-        remote = self._cancel_remote(cloud, handle["resource_name"], wait=30.0)
+        remote = self._cancel_remote(cloud, handle["resource_name"], wait=30.0 if timeout is None else timeout)
         state = job_state(remote)
         current = store.get_job(job["id"])
         if not JobState(current["state"]).is_terminal:  # the driver, if alive, may have finished it already
@@ -255,7 +260,9 @@ class VertexBackend(Backend):
         from multiworker.backends.vertex.mirror import finish, mirror
 
         handle = json.loads(job.get("handle_json") or "{}")
-        if JobState(job["state"]).is_terminal or not handle.get("resource_name") or _alive(job.get("supervisor_pid")):
+        from multiworker.backends.driver import driver_alive
+
+        if JobState(job["state"]).is_terminal or not handle.get("resource_name") or driver_alive(job):
             return job
         try:
             cloud = Cloud(handle["project"], handle["region"])
@@ -269,13 +276,24 @@ class VertexBackend(Backend):
         return store.get_job(job["id"])
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+
+def _beat_sleep(store, job_id: str, seconds: float) -> None:
+    """Sleep between polls, recording the driver's heartbeat about once a second."""
+    end = time.monotonic() + seconds
+    while (left := end - time.monotonic()) > 0:
+        store.update_job(job_id, heartbeat_at=time.time())
+        time.sleep(min(1.0, left))
+
+
+def _stop_on_signals() -> dict:
+    """SIGTERM and SIGHUP stop the job as Ctrl-C does (the CustomJob is cancelled); main thread only."""
+    def handler(signum, _frame):
+        raise KeyboardInterrupt(signum)
+
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, handler)
+        except ValueError:  # not the main thread
+            pass
+    return previous
