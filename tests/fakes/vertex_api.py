@@ -2,10 +2,9 @@
 clients (aiplatform's JobServiceClient with the REST transport, google-cloud-storage, google.auth).
 
 Shapes, and where each comes from:
-- OAuth token: the token endpoint's response (RFC 6749 section 5.1: access_token, expires_in,
-  token_type) to a JWT-bearer grant (RFC 7523), which a service-account key file (an ADC file)
-  sends to its `token_uri` (google-auth's google/oauth2/service_account.py honours it; an
-  `authorized_user` file's token_uri is always overridden with Google's).
+Clients reach it with anonymous credentials (the backend's rule for a plain-http emulator): real
+ADC would make google-auth call Google itself (token endpoints, the regional access boundary
+lookup at iamcredentials.googleapis.com), which a test must not.
 - CustomJob: Vertex AI REST reference "REST Resource: projects.locations.customJobs" (name,
   displayName, jobSpec, state (JobState), createTime, startTime, endTime, updateTime, error
   (google.rpc.Status), labels); create is POST .../customJobs returning the CustomJob; get is GET;
@@ -38,10 +37,8 @@ import threading
 import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-__all__ = ["FakeGoogle", "canonical", "TOKEN"]
+__all__ = ["FakeGoogle", "canonical"]
 
-TOKEN = "fake-access-token"
-SERVICE_ACCOUNT = "trainer@proj.iam.gserviceaccount.com"
 _TERMINAL = {"JOB_STATE_SUCCEEDED", "JOB_STATE_FAILED", "JOB_STATE_CANCELLED"}
 _INT64 = {"replicaCount", "bootDiskSizeGb", "acceleratorCount"}
 
@@ -69,7 +66,7 @@ def _decode_custom_job(raw: bytes) -> dict:
 
 
 class FakeGoogle:
-    """One server for the token endpoint, Vertex AI jobs, Cloud Storage and Cloud Logging."""
+    """One server for Vertex AI jobs, Cloud Storage and Cloud Logging."""
 
     def __init__(self, *, projects=("proj",), buckets=("bucket",)):
         self.projects = set(projects)
@@ -98,18 +95,6 @@ class FakeGoogle:
         self.server.server_close()
 
     # -- what tests see --------------------------------------------------------------------
-    def adc(self) -> dict:
-        """A service-account key file (an ADC file) with a fresh RSA key, whose token_uri is this server."""
-        from cryptography.hazmat.primitives import serialization
-        from cryptography.hazmat.primitives.asymmetric import rsa
-
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-        return {"type": "service_account", "project_id": "proj", "private_key_id": "fake-key-id",
-                "private_key": pem, "client_email": SERVICE_ACCOUNT,
-                "client_id": "1234567890", "token_uri": f"{self.url}/token"}
-
     def env(self) -> dict[str, str]:
         return {"MULTIWORKER_VERTEX_ENDPOINT": self.url, "MULTIWORKER_GCS_ENDPOINT": self.url,
                 "MULTIWORKER_LOGGING_ENDPOINT": self.url}
@@ -181,16 +166,10 @@ class FakeGoogle:
                 return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
             def _authorized(self) -> bool:
-                """The token from /token, or a self-signed JWT of the service account (what gapic
-                clients send with service-account credentials: always_use_jwt_access)."""
-                auth = self.headers.get("Authorization", "")
-                if auth == f"Bearer {TOKEN}":
+                """Anonymous (no Authorization header), or a bearer token; anything else is refused."""
+                auth = self.headers.get("Authorization")
+                if auth is None or auth.startswith("Bearer "):
                     return True
-                parts = auth.removeprefix("Bearer ").split(".")
-                if len(parts) == 3:
-                    claims = json.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
-                    if claims.get("iss") == SERVICE_ACCOUNT:
-                        return True
                 self._error(401, "UNAUTHENTICATED", "Request had invalid authentication credentials.")
                 return False
 
@@ -198,9 +177,6 @@ class FakeGoogle:
                 path, _, query = self.path.partition("?")
                 body = self._body()
                 fake.requests.append(("POST", path))
-                if path == "/token":
-                    return self._send(200, {"access_token": TOKEN, "expires_in": 3599, "token_type": "Bearer",
-                                            "scope": "https://www.googleapis.com/auth/cloud-platform"})
                 if not self._authorized():
                     return None
                 if m := re.fullmatch(r"/v1/projects/([^/]+)/locations/([^/]+)/customJobs", path):

@@ -1,6 +1,6 @@
 """The Vertex AI backend against a fake of Google's APIs over real HTTP (tests/fakes/vertex_api.py),
 driven through the real CLI in subprocesses and the real clients (aiplatform REST transport,
-google-cloud-storage, google-auth with a service-account ADC file whose token_uri is the fake)."""
+google-cloud-storage), with the anonymous credentials the backend gives a plain-http emulator."""
 
 from __future__ import annotations
 
@@ -28,11 +28,10 @@ VERTEX = ["--backend", "vertex", "--project", "proj", "--region", "us-central1"]
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     with FakeGoogle() as server:
-        adc = tmp_path / "adc.json"
-        adc.write_text(json.dumps(server.adc()))
-        server.env_vars = {**server.env(), "GOOGLE_APPLICATION_CREDENTIALS": str(adc),
-                           "MULTIWORKER_VERTEX_POLL_SECONDS": "0.1", "NO_GCE_CHECK": "true",
-                           "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9"}
+        # google-auth must never reach for Google: no ADC file, no metadata server but loopback's port 9
+        server.env_vars = {**server.env(), "GOOGLE_APPLICATION_CREDENTIALS": "", "HOME": str(tmp_path),
+                           "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "MULTIWORKER_VERTEX_POLL_SECONDS": "0.1",
+                           "NO_GCE_CHECK": "true", "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9"}
         yield server
 
 
@@ -210,10 +209,10 @@ def _alive(pid: int) -> bool:
 def test_setup_errors_are_one_line_and_leave_nothing_behind(tmp_path, mw_home, fake, case, expect):
     args = ["run", package_spec(tmp_path), "--backend", "vertex", "--project", "proj", "--staging-bucket", "gs://bucket"]
     env = {}
-    if case == "no-credentials":
-        env = {"GOOGLE_APPLICATION_CREDENTIALS": "", "HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud")}
-    elif case == "unknown-project":
-        args[args.index("proj")] = "nope"
+    if case == "no-credentials":  # no emulator: the user's ADC are looked for, and there are none
+        env = {"MULTIWORKER_VERTEX_ENDPOINT": "", "MULTIWORKER_GCS_ENDPOINT": "", "MULTIWORKER_LOGGING_ENDPOINT": ""}
+    elif case == "unknown-project":  # refused at creation: a container job, nothing to upload
+        args = ["run", container_spec(tmp_path), "--backend", "vertex", "--project", "nope", "--image", "img:1"]
     elif case == "missing-bucket":
         args[-1] = "gs://missing"
     elif case == "quota":

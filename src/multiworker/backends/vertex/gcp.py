@@ -3,7 +3,9 @@ errors that name what to fix.
 
 Credentials are the Application Default Credentials gcloud sets. Endpoints are Google's; emulators
 and tests point them elsewhere with MULTIWORKER_VERTEX_ENDPOINT, MULTIWORKER_GCS_ENDPOINT and
-MULTIWORKER_LOGGING_ENDPOINT (full URLs such as http://127.0.0.1:8080).
+MULTIWORKER_LOGGING_ENDPOINT (full URLs such as http://127.0.0.1:8080). An emulator reached over
+plain http:// gets anonymous credentials, never the user's tokens (as google-cloud-storage does for
+STORAGE_EMULATOR_HOST).
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def api_error(exc: Exception, *, project: str, region: str, what: str) -> Except
     if isinstance(exc, (gexc.Unauthenticated, gexc.Unauthorized)):
         return UserError(f"{what}: the credentials were refused ({message}); run "
                          "`gcloud auth application-default login`")
-    if isinstance(exc, gexc.PermissionDenied):
+    if isinstance(exc, (gexc.PermissionDenied, gexc.Forbidden)):
         return UserError(f"--project {project}: {what} was refused ({message}); check the project id, that the "
                          "Vertex AI and Cloud Storage APIs are enabled in it, and that your account has the "
                          "Vertex AI User and Storage Object Admin roles")
@@ -71,11 +73,22 @@ class Cloud:
             from google.auth.exceptions import DefaultCredentialsError, RefreshError
         except ImportError as exc:
             raise _import_error(exc) from exc
+        if os.environ.get("MULTIWORKER_VERTEX_ENDPOINT", "").startswith("http://"):
+            from google.auth.credentials import AnonymousCredentials
+
+            self.credentials = AnonymousCredentials()
+            self._refresh_error = RefreshError
+            self._jobs = self._storage = self._session = None
+            return
+        quiet = logging.getLogger("google.auth._default")  # its "metadata server unavailable" warning
+        level, quiet.level = quiet.level, logging.ERROR
         try:
             self.credentials, _ = google.auth.default(scopes=SCOPES)
         except DefaultCredentialsError as exc:
             raise UserError("--backend vertex: no Google Cloud credentials found; run "
                             "`gcloud auth application-default login`") from exc
+        finally:
+            quiet.setLevel(level)
         self._refresh_error = RefreshError
         self._jobs = self._storage = self._session = None
 

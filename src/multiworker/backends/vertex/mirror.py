@@ -41,8 +41,10 @@ def _message(remote: dict, state: JobState) -> str:
     error = (remote.get("error") or {}).get("message")
     if error:
         return error
-    return {"JOB_STATE_EXPIRED": "the job expired before it could run",
-            "JOB_STATE_PARTIALLY_SUCCEEDED": "Vertex AI reports the job partially succeeded"}.get(
+    return {"JOB_STATE_SUCCEEDED": "the CustomJob succeeded",
+            "JOB_STATE_CANCELLED": "the CustomJob was cancelled",
+            "JOB_STATE_EXPIRED": "the CustomJob expired before it could run",
+            "JOB_STATE_PARTIALLY_SUCCEEDED": "Vertex AI reports the CustomJob partially succeeded"}.get(
         remote.get("state", ""), f"Vertex AI: {remote.get('state', '?')}" if state.is_terminal else "")
 
 
@@ -78,5 +80,5 @@ def finish(store, job_id: str, remote: dict, state: JobState) -> str:
     store.update_job(job_id, state=state.value, finished_at=time.time(), message=message or None)
     store.end_attempt(job_id, 0, state.value)
     reason = {JobState.SUCCEEDED: "Succeeded", JobState.CANCELLED: "Cancelled"}.get(state, "Failed")
-    store.add_event(job_id, reason, message or f"job {state.value.lower()}", warning=state is JobState.FAILED)
+    store.add_event(job_id, reason, message, warning=state is JobState.FAILED)
     return message
