@@ -135,6 +135,13 @@ class Cloud:
         except self._refresh_error as exc:
             raise UserError(f"{what}: the credentials could not be refreshed ({exc}); run "
                             "`gcloud auth application-default login`") from exc
+        except Exception as exc:
+            import requests
+            from google.auth.exceptions import TransportError
+
+            if isinstance(exc, (requests.RequestException, TransportError)):
+                raise BackendError(f"{what}: cannot reach Google Cloud ({exc}); check the network and retry") from exc
+            raise
 
     # -- Vertex AI -----------------------------------------------------------------------------
     def create_job(self, body: dict) -> dict:
