@@ -304,6 +304,7 @@ class GroupController:
             self.ingest.feed(rid.name, self.group.read_log(rid))
 
     def _finish(self, state: JobState, message: str, *, reason: str, warning: bool = False) -> JobState:
+        self.ingest.flush_progress()
         self.store.update_job(self.job_id, state=state.value, finished_at=time.time(), message=message,
                               restarts=self.restarts, heartbeat_at=time.time())
         self._event(reason, message, warning=warning)

@@ -74,6 +74,7 @@ def render_status(doc: dict, console: Console) -> None:
     """The human view of a status document."""
     from multiworker.monitor.format import format_progress
     from multiworker.monitor.watch import replica_progress
+    from multiworker.status import HEARTBEAT_STALE
 
     console.print(f"[bold]{doc['id']}[/bold]  {escape(doc['name'])}  [bold]{_state(doc['state'])}[/bold]  "
                   f"attempt {doc['attempt']}  restarts {doc['restarts']}  {fmt_duration(doc['duration_seconds'])}")
@@ -85,7 +86,7 @@ def render_status(doc: dict, console: Console) -> None:
     if doc.get("message") and doc["state"] not in ("Running", "Pending"):
         console.print(f"  {escape(doc['message'])}")
     age = doc.get("heartbeat_age_seconds")
-    if age is not None and age > 10:
+    if age is not None and age > HEARTBEAT_STALE:
         console.print(f"  [bold red]warning:[/bold red] no heartbeat from the supervisor for {age:.0f}s")
     table = Table(box=None, pad_edge=False)
     for col in ("REPLICA", "STATE", "PID", "EXIT", "CPU%", "MEMORY", "ATTEMPT", "PROGRESS"):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from multiworker.spec.model import format_duration
 
-__all__ = ["fmt_bytes", "fmt_duration", "fmt_optional", "fmt_metrics", "headline_metrics", "format_progress",
+__all__ = ["fmt_bytes", "fmt_duration", "fmt_metrics", "headline_metrics", "format_progress",
            "STATE_STYLES"]
 
 STATE_STYLES = {
@@ -27,10 +27,6 @@ def fmt_bytes(n: float | None) -> str:
 def fmt_duration(seconds: float | None) -> str:
     """90 -> '1m30s'; None -> '-'."""
     return "-" if seconds is None else format_duration(max(0.0, seconds))
-
-
-def fmt_optional(value, spec: str = "") -> str:
-    return "-" if value is None else format(value, spec)
 
 
 _HEADLINE_KEYS = {"loss", "accuracy", "rmse", "mae", "auc", "images_per_sec", "step", "epochs_run"}

@@ -14,7 +14,7 @@ from rich.text import Text
 
 from multiworker.backends.base import JobState
 from multiworker.monitor.format import STATE_STYLES, fmt_bytes, fmt_duration, fmt_metrics, format_progress
-from multiworker.status import job_status
+from multiworker.status import HEARTBEAT_STALE, job_status
 from multiworker.store import Store
 
 __all__ = ["snapshot", "render", "replica_progress", "watch"]
@@ -79,7 +79,7 @@ def _header(doc: dict) -> Text:
     if doc.get("images_per_sec"):
         text.append(f"  {doc['images_per_sec']:,.0f} images/s", "bold")
     age = doc.get("heartbeat_age_seconds")
-    if age is not None and age > 10:
+    if age is not None and age > HEARTBEAT_STALE:
         text.append(f"  no heartbeat for {age:.0f}s", "bold red")
     return text
 
