@@ -102,11 +102,11 @@ class VertexBackend(Backend):
 
     def _submit(self, store, job: dict, cloud, plan: Plan, opts: dict, observer) -> dict | None:
         job_id = job["id"]
-        for note in plan.notes:
-            store.add_event(job_id, "Note", note)
         uploaded: list[str] = []
         if plan.package_pools:
             uploaded = self._upload(job, cloud, plan, opts)
+        for note in plan.notes:
+            store.add_event(job_id, "Note", note)
         body = set_packages(plan, uploaded) if uploaded else plan.body
         (LogLayout(Path(job["job_dir"])).job_dir / "customjob.json").write_text(json.dumps(body, indent=2))
         if store.get_job(job_id)["state"] != JobState.PENDING.value:  # cancelled while packaging
