@@ -196,6 +196,7 @@ BACKENDS: dict[str, str] = {
     "local": "multiworker.backends.local:LocalBackend",
     "ray": "multiworker.backends.ray:RayBackend",
     "kubernetes": "multiworker.backends.kubernetes:KubernetesBackend",
+    "vertex": "multiworker.backends.vertex:VertexBackend",
 }
 
 

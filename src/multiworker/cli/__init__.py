@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from multiworker.errors import UserError
+from multiworker.errors import BackendError, UserError
 
 __all__ = ["app", "main"]
 
@@ -66,6 +66,11 @@ def main() -> None:
             raise
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except BackendError as exc:  # a platform refused or failed: one line, exit 1
+        if debug:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
