@@ -55,8 +55,8 @@ def native(line: str, cwd: Path = MNIST) -> dict:
 
 def tf_configs(spec) -> dict[str, dict | None]:
     """Each replica's TF_CONFIG for ports 2000, 2001, ..."""
-    ports = {rid: 2000 + i for i, rid in enumerate(replica_ids(spec))}
-    cluster = cluster_map(spec, ports)
+    addresses = {rid: f"127.0.0.1:{2000 + i}" for i, rid in enumerate(replica_ids(spec))}
+    cluster = cluster_map(spec, addresses)
     return {rid.name: tf_config(spec, rid, cluster) for rid in replica_ids(spec)}
 
 
