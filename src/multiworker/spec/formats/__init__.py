@@ -46,6 +46,7 @@ def load_job(
     map_paths: tuple[str, ...] | list[str] = (),
     check: bool = True,
     cwd: str | Path | None = None,
+    data: Any = None,
 ) -> LoadedSpec:
     """Load a job spec of any format into a validated native spec that runs on this machine.
 
@@ -53,7 +54,8 @@ def load_job(
     images to local programs (``images``: IMAGE=COMMAND, or ``dockerfile``), Cloud Storage paths to
     local dirs (``map_paths``: gs://bucket=./dir, relative to ``cwd``) and Python packages to a path.
     With ``check`` (the default) an unmapped image or gs:// path is an error and every program must
-    exist; without it they are left as they are.
+    exist; without it they are left as they are. ``data``: the job already read (e.g. a tuning job's
+    trialJobSpec), instead of reading ``path``, which still names it and anchors relative paths.
     """
     from multiworker.spec.formats.localize import PathMap, localize, parse_images
     from multiworker.store import home_dir
@@ -61,7 +63,7 @@ def load_job(
     path = Path(path)
     source = str(path)
     cwd = Path(cwd) if cwd is not None else Path.cwd()
-    parsed = parse_job(path, format=format)
+    parsed = parse_job(path, format=format, data=data)
     native = parsed.native
     if overrides:
         native = apply_overrides(native, overrides)
