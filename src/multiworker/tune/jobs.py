@@ -16,7 +16,7 @@ from pathlib import Path
 
 from multiworker.errors import UserError
 from multiworker.spec.load import LoadedSpec
-from multiworker.store import Store
+from multiworker.store import TERMINAL_STATES, Store
 
 __all__ = ["create_trial_job", "start_job", "stop_job"]
 
@@ -58,14 +58,21 @@ def start_job(store: Store, job_id: str) -> subprocess.Popen:
     return proc
 
 
-def stop_job(proc: subprocess.Popen, *, grace: float) -> None:
-    """SIGTERM the supervisor (it stops every replica and records Cancelled); SIGKILL after ``grace``."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        log.warning("supervisor %d did not stop in %.0fs; killing it", proc.pid, grace)
-        proc.kill()
-        proc.wait()
+def stop_job(store: Store, job_id: str, proc: subprocess.Popen, *, grace: float) -> None:
+    """SIGTERM the supervisor (it stops every replica and records Cancelled); SIGKILL after ``grace``.
+
+    A supervisor still starting may die of the signal before it can record anything (its replicas
+    die with it): the job is then recorded Cancelled here.
+    """
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            log.warning("supervisor %d did not stop in %.0fs; killing it", proc.pid, grace)
+            proc.kill()
+            proc.wait()
+    if store.get_job(job_id)["state"] not in TERMINAL_STATES:
+        message = "cancelled by the tuner as its supervisor started"
+        store.update_job(job_id, state="Cancelled", finished_at=time.time(), message=message)
+        store.add_event(job_id, "Cancelled", message)

@@ -19,6 +19,7 @@ STATES = {"COMPLETE": "Succeeded", "PRUNED": "Stopped early", "FAIL": "Failed", 
 def trial_rows(ostudy) -> list[dict]:
     """Every trial, in order: number (1-based, the cloud's trial id), state, values, metric, job."""
     interrupted = search.interrupted_numbers(ostudy)
+    study = search.stored_study(ostudy)
     rows = []
     for t in ostudy.get_trials(deepcopy=False):
         state = STATES.get(t.state.name, t.state.name)
@@ -30,7 +31,7 @@ def trial_rows(ostudy) -> list[dict]:
         rows.append({
             "trial": t.number + 1,
             "state": state,
-            "values": t.user_attrs.get("values") or dict(t.params),
+            "values": t.user_attrs.get("values") or _values(t, study),
             "metric": metric,
             "objective": t.value,
             "job_id": t.user_attrs.get("job_id"),
@@ -40,6 +41,12 @@ def trial_rows(ostudy) -> list[dict]:
             "message": t.user_attrs.get("message"),
         })
     return rows
+
+
+def _values(t, study) -> dict:
+    """A trial's trainer values when it recorded none: a queued trial's fixed parameters."""
+    params = dict(t.params) or dict(t.system_attrs.get("fixed_params") or {})
+    return search.trainer_values(params, study) if study is not None else params
 
 
 def best_row(ostudy, rows: list[dict]) -> dict | None:

@@ -169,7 +169,7 @@ class Tuner:
     def _poll(self, run: _Running) -> None:
         done = run.proc.poll() is not None
         if self.study.early_stopping and not done and self._report(run):
-            stop_job(run.proc, grace=30)
+            stop_job(self.store, run.job_id, run.proc, grace=30)
             self._tell(run, "pruned", None, "stopped early: below the median of earlier trials at the same step")
             return
         if not done:
@@ -224,9 +224,14 @@ class Tuner:
                                 "message": message})
 
     def _interrupt_all(self) -> None:
+        from optuna.trial import TrialState
+
         for run in list(self.running):
-            stop_job(run.proc, grace=30)
-            run.trial.set_user_attr("message", "interrupted; its parameters run again on --resume")
-            search.mark_interrupted(self.ostudy, self.ostudy.get_trials(deepcopy=False)[run.trial.number])
+            stop_job(self.store, run.job_id, run.proc, grace=30)
             self.running.remove(run)
+            frozen = self.ostudy.get_trials(deepcopy=False)[run.trial.number]
+            if frozen.state != TrialState.RUNNING:  # told already, just before the interruption
+                continue
+            run.trial.set_user_attr("message", "interrupted; its parameters run again on --resume")
+            search.mark_interrupted(self.ostudy, frozen)
             self.on_event("interrupted", {"trial": run.number, "job_id": run.job_id})

@@ -12,7 +12,7 @@ from multiworker.errors import UserError
 from multiworker.tune.model import Param, Study
 
 __all__ = ["studies_dir", "storage", "open_study", "load_study", "study_names", "suggest", "trainer_values",
-           "interrupted_numbers", "mark_interrupted", "stored_config"]
+           "interrupted_numbers", "mark_interrupted", "stored_config", "stored_study"]
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,14 @@ def study_names(home: Path) -> list[str]:
 def _sampler(study: Study, seed: int | None):
     optuna = _optuna()
     if study.algorithm == "GRID_SEARCH":
-        return optuna.samplers.GridSampler({p.name: p.grid() for p in study.params}, seed=seed)
+        class Grid(optuna.samplers.GridSampler):
+            """The tuning loop stops asking once the grid is covered; GridSampler's own
+            ``study.stop()`` works only inside ``study.optimize``."""
+
+            def after_trial(self, study, trial, state, values) -> None:
+                return None
+
+        return Grid({p.name: p.grid() for p in study.params}, seed=seed)
     if study.algorithm == "RANDOM_SEARCH":
         return optuna.samplers.RandomSampler(seed=seed)
     # Few trials are typical locally: start modelling after a handful, not Optuna's default ten.
@@ -111,6 +118,11 @@ def stored_config(ostudy) -> dict:
     return json.loads(text) if text else {}
 
 
+def stored_study(ostudy) -> Study | None:
+    text = ostudy.user_attrs.get(_CONFIG_ATTR)
+    return Study.model_validate_json(text) if text else None
+
+
 def interrupted_numbers(ostudy) -> set[int]:
     return set(ostudy.user_attrs.get(_INTERRUPTED_ATTR, []))
 
@@ -146,8 +158,10 @@ def _suggest_one(trial, p: Param):
 def trainer_values(internal: dict, study: Study) -> dict:
     """From the sampler's values to the trainer's: a reverse-log parameter is sampled as
     y on a log scale and passed as min + max - y, dense near the top of its range."""
-    out = {}
+    out = dict(internal)
     for p in study.params:
+        if p.name not in internal:
+            continue
         value = internal[p.name]
         if p.scale == "UNIT_REVERSE_LOG_SCALE" and p.type in ("DOUBLE", "INTEGER"):
             value = p.min_value + p.max_value - value
