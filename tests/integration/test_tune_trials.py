@@ -108,9 +108,9 @@ studySpec:
 trialJobSpec:
   workerPoolSpecs:
   - replicaCount: 1
-    containerSpec: {{imageUri: gcr.io/p/fake:v1, args: [--steps=5, --step-seconds=0.5]}}
+    containerSpec: {{imageUri: gcr.io/p/fake:v1, args: [--steps=5, --step-seconds=0.3]}}
   - replicaCount: 1
-    containerSpec: {{imageUri: gcr.io/p/fake:v1, args: [--steps=5, --step-seconds=0.5]}}
+    containerSpec: {{imageUri: gcr.io/p/fake:v1, args: [--steps=5, --step-seconds=0.3]}}
 """
 
 
@@ -140,9 +140,9 @@ def test_vertex_tuning_job_grid_search_with_early_stopping(mw_home, tmp_path):
 
 def test_failed_and_silent_trials_are_failed_with_the_reason(mw_home, tmp_path):
     job = _job(tmp_path)
-    proc = mw("tune", str(job), "--config", str(tmp_path / "hp.yaml"), "--max-trials", "3", "--parallel", "2",
+    proc = mw("tune", str(job), "--config", str(tmp_path / "hp.yaml"), "--max-trials", "2", "--parallel", "2",
               "--", "--no-report", "--steps", "1", "--step-seconds", "0", home=mw_home)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "no 'loss' report in" in proc.stdout and "report_hyperparameter_tuning_metric" in proc.stdout
     assert "no trial succeeded" in proc.stdout
-    assert [t["state"] for t in _show(mw_home, "fake")["trials"]] == ["Failed"] * 3
+    assert [t["state"] for t in _show(mw_home, "fake")["trials"]] == ["Failed"] * 2

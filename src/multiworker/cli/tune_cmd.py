@@ -224,6 +224,7 @@ def convert(
     to: str = typer.Option(..., "--to", help="Target form: vertex|aiplatform."),
     job: Optional[Path] = typer.Option(None, "--job", help="Job spec to include as the trial job (any format)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force the --job format."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container image for the job's pools without one."),
     name: Optional[str] = typer.Option(None, "--study", help="displayName / jobId to write."),
     allow_loss: bool = typer.Option(False, "--allow-loss", help="Drop what the target cannot express, with a note."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (.json for JSON); default stdout."),
@@ -236,7 +237,7 @@ def convert(
 
     cfg = read_config(config)
     ref = JobRef(path=job, format=fmt) if job is not None else None
-    doc, notes = convert_config(cfg, to, job=ref, name=name, allow_loss=allow_loss)
+    doc, notes = convert_config(cfg, to, job=ref, name=name, image=image, allow_loss=allow_loss)
     for note in notes:
         typer.echo(f"note: {note}", err=True)
     if output is not None and output.suffix == ".json":

@@ -16,7 +16,7 @@ TARGETS = ("vertex", "aiplatform")
 
 
 def convert_config(cfg: TuningConfig, to: str, *, job: JobRef | None = None, name: str | None = None,
-                   allow_loss: bool = False) -> tuple[dict, list[str]]:
+                   image: str | None = None, allow_loss: bool = False) -> tuple[dict, list[str]]:
     """The tuning document in form ``to`` and notes; ``job`` (or the config's own) becomes its trial job."""
     if to not in TARGETS:
         raise SpecError(f"{to!r} is not a tuning config form; use one of {', '.join(TARGETS)}", source="--to")
@@ -28,7 +28,7 @@ def convert_config(cfg: TuningConfig, to: str, *, job: JobRef | None = None, nam
         notes.append(f"--allow-loss: {field}: {message}")
 
     job = job or cfg.job
-    job_doc = _job_doc(job, to, allow_loss=allow_loss, notes=notes) if job is not None else None
+    job_doc = _job_doc(job, to, image=image, allow_loss=allow_loss, notes=notes) if job is not None else None
     if to == "aiplatform":
         hp = aiplatform.write(cfg.study, lose=lose)
         if job_doc is None:
@@ -44,7 +44,7 @@ def convert_config(cfg: TuningConfig, to: str, *, job: JobRef | None = None, nam
     return doc, notes
 
 
-def _job_doc(job: JobRef, to: str, *, allow_loss: bool, notes: list[str]) -> dict:
+def _job_doc(job: JobRef, to: str, *, image: str | None, allow_loss: bool, notes: list[str]) -> dict:
     from multiworker.spec.formats import parse_job
     from multiworker.spec.formats.convert import convert
 
@@ -52,6 +52,6 @@ def _job_doc(job: JobRef, to: str, *, allow_loss: bool, notes: list[str]) -> dic
     # The job's own hyperparameters are the study being converted, not a setting lost on the way.
     parsed.dropped = [(k, f) for k, f in parsed.dropped if not f.endswith("hyperparameters")]
     parsed.notes = [n for n in parsed.notes if "hyperparameters" not in n]
-    doc, job_notes = convert(parsed, to, source=str(job.path), allow_loss=allow_loss)
+    doc, job_notes = convert(parsed, to, source=str(job.path), image=image, allow_loss=allow_loss)
     notes.extend(job_notes)
     return doc

@@ -98,7 +98,7 @@ def choose(value: str | None, allowed: tuple[str, ...], *, source: str, field: s
     text = (aliases or {}).get(text, text)
     if text in allowed:
         return text
-    hint = difflib.get_close_matches(text, allowed, n=1, cutoff=0.5)
+    hint = [a for a in allowed if a.startswith(text)] or difflib.get_close_matches(text, allowed, n=1, cutoff=0.5)
     fix = f"did you mean {hint[0]}?" if hint else f"use one of {', '.join(allowed)}"
     raise SpecError(f"{value!r} is not allowed; {fix}", source=source, field=field)
 
