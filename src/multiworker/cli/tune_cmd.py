@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import signal
 from pathlib import Path
 from typing import Optional
@@ -71,7 +72,7 @@ def render_results(console: Console, ostudy, metric: str) -> dict | None:
     if best is None:
         console.print("no trial succeeded with a metric yet")
     else:
-        args = " ".join(f"--{k}={v}" for k, v in best["values"].items())
+        args = shlex.join(f"--{k}={v}" for k, v in best["values"].items())
         console.print(f"[bold]best: trial {best['trial']}[/bold]  {metric} {_fmt(best['metric'])}  {escape(args)}  "
                       f"(job {best['job_id']})")
     return best
@@ -171,7 +172,7 @@ def _print_event(console: Console, kind: str, info: dict, metric: str) -> None:
     n = info.get("trial")
     if kind == "started":
         again = f" (rerun of trial {info['rerun_of']})" if info.get("rerun_of") else ""
-        console.print(f"trial {n} started{again}: job {info['job_id']}  {escape(' '.join(info['args']))}")
+        console.print(f"trial {n} started{again}: job {info['job_id']}  {escape(shlex.join(info['args']))}")
     elif kind == "complete":
         console.print(f"trial {n} [green]succeeded[/green]: {metric} {_fmt(info['value'])}  ({info['seconds']:.0f}s)")
     elif kind == "pruned":
