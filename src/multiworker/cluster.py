@@ -64,14 +64,14 @@ def primary_replica(spec: JobSpec) -> ReplicaId:
     return ReplicaId("chief", 0) if spec.replica_counts().get("chief") else ReplicaId("worker", 0)
 
 
-def cluster_map(spec: JobSpec, ports: Mapping[ReplicaId, int], host: str = "127.0.0.1") -> dict[str, list[str]]:
-    """TF_CONFIG's ``cluster``: addresses of chief, worker and ps tasks (never the evaluator)."""
+def cluster_map(spec: JobSpec, addresses: Mapping[ReplicaId, str]) -> dict[str, list[str]]:
+    """TF_CONFIG's ``cluster``: ``host:port`` of chief, worker and ps tasks (never the evaluator)."""
     counts = spec.replica_counts()
     out: dict[str, list[str]] = {}
     for role in CLUSTER_ROLES:
         if counts.get(role):
             key = spec.chief_task_type if role == "chief" else role
-            out[key] = [f"{host}:{ports[ReplicaId(role, i)]}" for i in range(counts[role])]
+            out[key] = [addresses[ReplicaId(role, i)] for i in range(counts[role])]
     return out
 
 
@@ -83,7 +83,7 @@ def tf_config(spec: JobSpec, replica: ReplicaId, cluster: Mapping[str, list[str]
     return {"cluster": dict(cluster), "task": {"type": task_type, "index": replica.index}, "environment": "cloud"}
 
 
-def cluster_spec(spec: JobSpec, replica: ReplicaId, ports: Mapping[ReplicaId, int], host: str = "127.0.0.1") -> dict:
+def cluster_spec(spec: JobSpec, replica: ReplicaId, addresses: Mapping[ReplicaId, str]) -> dict:
     """Vertex AI's CLUSTER_SPEC: pools by position (without a chief, worker 0 is workerpool0)."""
     counts = spec.replica_counts()
     pools: dict[str, list[str]] = {}
@@ -93,9 +93,9 @@ def cluster_spec(spec: JobSpec, replica: ReplicaId, ports: Mapping[ReplicaId, in
         if not counts.get("chief") and rid.role == "worker":
             pool = 0 if rid.index == 0 else 1
         name = f"workerpool{pool}"
-        addresses = pools.setdefault(name, [])
-        position[rid] = (name, len(addresses))
-        addresses.append(f"{host}:{ports[rid]}")
+        pool_addresses = pools.setdefault(name, [])
+        position[rid] = (name, len(pool_addresses))
+        pool_addresses.append(addresses[rid])
     name, index = position[replica]
     return {"cluster": dict(sorted(pools.items())), "environment": "cloud", "task": {"type": name, "index": index}}
 
@@ -111,20 +111,22 @@ def thread_budget(spec: JobSpec, cores: int | None = None) -> int:
 def replica_env(
     spec: JobSpec,
     replica: ReplicaId,
-    ports: Mapping[ReplicaId, int],
+    addresses: Mapping[ReplicaId, str],
     *,
     job_id: str,
     attempt: int,
     output_dir: str,
     cores: int | None = None,
-    host: str = "127.0.0.1",
 ) -> dict[str, str]:
-    """The variables multiworker adds to one replica's environment (the spec's own env wins)."""
+    """The variables multiworker adds to one replica's environment (the spec's own env wins).
+
+    ``addresses`` holds every replica's ``host:port`` (each may be on another host).
+    """
     env: dict[str, str] = {}
-    config = tf_config(spec, replica, cluster_map(spec, ports, host))
+    config = tf_config(spec, replica, cluster_map(spec, addresses))
     if config is not None:
         env["TF_CONFIG"] = json.dumps(config)
-        env["CLUSTER_SPEC"] = json.dumps(cluster_spec(spec, replica, ports, host))
+        env["CLUSTER_SPEC"] = json.dumps(cluster_spec(spec, replica, addresses))
     out = output_dir.rstrip("/")
     env.update(
         AIP_MODEL_DIR=f"{out}/model",

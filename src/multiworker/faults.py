@@ -10,7 +10,7 @@ from multiworker.cluster import ReplicaId
 from multiworker.errors import UserError
 from multiworker.spec.model import JobSpec, parse_duration
 
-__all__ = ["Injection", "parse_injection", "check_injections"]
+__all__ = ["Injection", "Injector", "parse_injection", "check_injections"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,3 +57,16 @@ def check_injections(spec: JobSpec, injections: list[Injection]) -> None:
         if inj.replica.index >= counts.get(inj.replica.role, 0):
             have = ", ".join(f"{r} x{n}" for r, n in counts.items())
             raise UserError(f"--inject-failure {inj}: the job has no {inj.replica} (it has {have})")
+
+
+class Injector:
+    """Which injections are due: each fires once, ``after`` seconds into the job's first attempt."""
+
+    def __init__(self, injections: list[Injection]):
+        self.pending = list(injections)
+
+    def due(self, elapsed: float) -> list[Injection]:
+        """The injections due ``elapsed`` seconds after the first attempt started (each only once)."""
+        now = [inj for inj in self.pending if elapsed >= inj.after]
+        self.pending = [inj for inj in self.pending if inj not in now]
+        return now

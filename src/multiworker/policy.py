@@ -1,19 +1,27 @@
 """Restart and success decisions as a small state machine (pure; table-tested).
 
-The supervisor reports each replica exit; :func:`decide` answers what the group does next,
-with Kubeflow TFJob's meanings for restart policies and success.
+The group controller reports each replica exit; :func:`decide` answers what the group does next,
+with Kubeflow TFJob's meanings for restart policies and success. :func:`exit_order` says which of
+several exits to weigh first (the likeliest root cause), :func:`all_exited` when a group that never
+met its success policy is over, and :func:`shutdown_plan` how the rest stop after success.
 """
 
 from __future__ import annotations
 
 import enum
 import signal
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from multiworker.cluster import ReplicaId, primary_replica
 from multiworker.spec.model import JobSpec
 
-__all__ = ["Decision", "decide", "is_retryable", "normalize_exit_code", "exit_description", "backoff_delay"]
+__all__ = [
+    "Decision", "decide", "is_retryable", "normalize_exit_code", "exit_description", "backoff_delay", "exit_order",
+    "all_exited", "shutdown_plan",
+]
+
+# After success, a worker still running (e.g. saving its temporary model copy) gets at least this long.
+MIN_WORKER_GRACE = 30.0
 
 
 class Decision(enum.Enum):
@@ -79,3 +87,39 @@ def decide(
 def backoff_delay(spec: JobSpec, restarts: int, cap: float = 60.0) -> float:
     """Delay before restart number ``restarts + 1``: base, doubling each time, capped."""
     return min(cap, spec.run_policy.backoff * (2**restarts))
+
+
+def exit_order(returncodes: Mapping[ReplicaId, int]) -> list[ReplicaId]:
+    """Replicas that exited together, the likeliest root cause first: failures before successes,
+    a signal kill before an error exit (survivors of a killed peer exit with errors), then by name.
+    ``returncodes`` are raw (negative for a signal)."""
+    def key(rid: ReplicaId) -> tuple[bool, bool, ReplicaId]:
+        code = returncodes[rid]
+        return code == 0, normalize_exit_code(code) <= 128, rid
+
+    return sorted(returncodes, key=key)
+
+
+def all_exited(replicas: Iterable[ReplicaId], exits: Mapping[ReplicaId, int]) -> bool:
+    """Every replica has exited: with the success policy not met by then, the attempt has failed."""
+    return all(r in exits for r in replicas)
+
+
+def shutdown_plan(spec: JobSpec, running: Iterable[ReplicaId]) -> dict[ReplicaId, float]:
+    """After success: seconds each replica still running may go on before it is stopped.
+
+    Parameter servers stop at once (and so do workers under ParameterServerStrategy, which serve
+    forever); an evaluator may finish its last evaluation (``evaluator_timeout``); other workers get
+    the grace period, at least :data:`MIN_WORKER_GRACE`.
+    """
+    policy = spec.run_policy
+    servers_block = bool(spec.replica_counts().get("ps"))
+    plan = {}
+    for rid in running:
+        if rid.role == "ps" or (servers_block and rid.role == "worker"):
+            plan[rid] = 0.0
+        elif rid.role == "evaluator":
+            plan[rid] = policy.evaluator_timeout
+        else:
+            plan[rid] = max(policy.grace_period, MIN_WORKER_GRACE)
+    return plan

@@ -1,90 +1,43 @@
-"""Reading jobs back: truthful state when a supervisor is gone, and the documents that
+"""Reading jobs back: truthful state (through the job's backend), and the documents that
 ``list``, ``status`` and ``describe`` print (as tables or ``--json``)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import signal
 import time
 
-from multiworker.backends.local import procs
-from multiworker.store import TERMINAL_STATES, Store
+from multiworker.backends.base import JobState, get_backend
+from multiworker.errors import UserError
+from multiworker.store import Store
 
 __all__ = [
     "job_status",
     "job_rows",
     "describe_job",
     "refresh_liveness",
-    "supervisor_alive",
     "primary_name",
     "HEARTBEAT_STALE",
 ]
 
 log = logging.getLogger(__name__)
 
-# A live supervisor beats about once a second; older than this is shown as a warning.
+# A live driver beats about once a second; older than this is shown as a warning.
 HEARTBEAT_STALE = 10.0
-# A Pending job whose launcher never recorded a supervisor is given this long to start.
-_PENDING_GRACE = 60.0
-
-
-def supervisor_alive(job: dict) -> bool:
-    """Whether the job's supervisor process still exists (and is not a later process reusing its pid)."""
-    pid = job.get("supervisor_pid")
-    if not procs.pid_alive(pid):
-        return False
-    try:
-        import psutil
-
-        created = psutil.Process(pid).create_time()
-    except Exception:  # noqa: BLE001 - gone meanwhile, or no access: trust the pid
-        return procs.pid_alive(pid)
-    # The supervisor started before its last heartbeat; a process born after it is someone else.
-    last_seen = job.get("heartbeat_at") or job.get("started_at") or job["created_at"]
-    return created <= last_seen + 2.0
 
 
 def refresh_liveness(store: Store, job_id: str) -> dict:
-    """If the job claims to run but its supervisor is gone, record Lost and stop any stray replica.
-
-    A supervisor records the final state before it exits, so a dead supervisor with a live state
-    (re-read after the pid check) means it died abruptly: SIGKILL, OOM killer, reboot.
-    """
+    """The job's record, made truthful by its backend first if it claims to run (a job whose
+    driver is gone becomes Lost)."""
     job = store.get_job(job_id)
-    if job["state"] in TERMINAL_STATES or job.get("backend", "local") != "local":
+    if JobState(job["state"]).is_terminal:
         return job
-    if job["supervisor_pid"] is None:
-        if job["state"] != "Pending" or time.time() - job["created_at"] < _PENDING_GRACE:
-            return job
-    elif supervisor_alive(job):
+    try:
+        backend = get_backend(job["backend"])
+    except UserError as exc:  # recorded by a backend this installation lacks: show it as recorded
+        log.warning("job %s: cannot check its state: %s", job_id, exc)
         return job
-    job = store.get_job(job_id)  # it may have finished between the first read and the pid check
-    if job["state"] in TERMINAL_STATES:
-        return job
-    heartbeat = job.get("heartbeat_at") or job["created_at"]
-    strays = procs.processes_of_job(job_id)
-    for pid in strays:
-        procs.signal_group(pid, signal.SIGKILL)
-    if job["supervisor_pid"] is None:
-        message = f"the launcher never started a supervisor ({time.time() - job['created_at']:.0f}s ago)"
-    else:
-        message = (f"the supervisor (pid {job['supervisor_pid']}) is gone; "
-                   f"last heartbeat {time.time() - heartbeat:.0f}s ago")
-    if strays:
-        message += f"; killed {len(strays)} leftover replica process(es)"
-    log.info("job %s: %s", job_id, message)
-    with store.transaction() as conn:
-        row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
-        if row["state"] in TERMINAL_STATES:  # another reader recorded it first
-            return store.get_job(job_id)
-        conn.execute("UPDATE jobs SET state = 'Lost', finished_at = ?, message = ? WHERE id = ?",
-                     (time.time(), message, job_id))
-        conn.execute("UPDATE replicas SET state = 'Lost' WHERE job_id = ? AND state IN ('Pending', 'Running')",
-                     (job_id,))
-        conn.execute("INSERT INTO events (job_id, ts, type, reason, replica, message) VALUES (?, ?, ?, ?, ?, ?)",
-                     (job_id, time.time(), "Warning", "Lost", None, message))
-    return store.get_job(job_id)
+    return backend.reconcile(store, job)
 
 
 def primary_name(job: dict) -> str:
@@ -132,6 +85,8 @@ def job_status(store: Store, job_id: str) -> dict:
             "state": r["state"],
             "pid": r["pid"],
             "port": r["port"],
+            "host": r["host"],
+            "node": r["node"],
             "exit_code": r["exit_code"],
             "attempt": r["attempt"],
             "started_at": r["started_at"],
@@ -144,7 +99,7 @@ def job_status(store: Store, job_id: str) -> dict:
         })
     options = json.loads(job["options_json"] or "{}")
     heartbeat = job.get("heartbeat_at")
-    running = job["state"] not in TERMINAL_STATES
+    running = not JobState(job["state"]).is_terminal
     return {
         "id": job["id"],
         "name": job["name"],
@@ -179,7 +134,7 @@ def job_rows(store: Store, limit: int | None = None) -> list[dict]:
     """One row per job for ``multiworker list``, newest first, with Lost detection applied."""
     jobs = store.list_jobs(limit)
     for i, job in enumerate(jobs):
-        if job["state"] not in TERMINAL_STATES:
+        if not JobState(job["state"]).is_terminal:
             jobs[i] = refresh_liveness(store, job["id"])
     counts = store.replica_summary()
     now = time.time()

@@ -1,7 +1,8 @@
 """Job records in SQLite (WAL) under MULTIWORKER_HOME: jobs, replicas, attempts, events,
 per-epoch metrics and resource samples.
 
-The supervisor is the only writer of a job's rows while it runs; any other process may read.
+A job's driver (the group controller) is the only writer of its rows while it runs; any other
+process may read, and record an end the driver can no longer record (Lost, Cancelled).
 ``PRAGMA user_version`` holds the schema version; :data:`MIGRATIONS` bring older stores forward.
 """
 
@@ -16,12 +17,13 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from multiworker.backends.base import JobState
 from multiworker.errors import JobNotFound, UserError
 
-__all__ = ["home_dir", "Store", "SCHEMA_VERSION", "MIGRATIONS", "JOB_STATES", "TERMINAL_STATES", "new_job_id"]
+__all__ = ["home_dir", "Store", "SCHEMA_VERSION", "MIGRATIONS", "new_job_id"]
 
-JOB_STATES = ("Pending", "Running", "Restarting", "Succeeded", "Failed", "Cancelled", "Lost")
-TERMINAL_STATES = frozenset({"Succeeded", "Failed", "Cancelled", "Lost"})
+# jobs.state holds JobState values (see multiworker.backends.base)
+_TERMINAL = tuple(sorted(s.value for s in JobState if s.is_terminal))
 MAX_SAMPLES_PER_JOB = 20_000
 
 _V1 = """
@@ -163,7 +165,7 @@ class Store:
     # -- jobs ------------------------------------------------------------------------
     def create_job(self, *, job_id: str, name: str, spec_json: str, **fields: Any) -> dict:
         now = time.time()
-        cols = {"id": job_id, "name": name, "state": "Pending", "spec_json": spec_json, "created_at": now, **fields}
+        cols = {"id": job_id, "name": name, "state": JobState.PENDING.value, "spec_json": spec_json, "created_at": now, **fields}
         self._conn.execute(
             f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", tuple(cols.values())
         )
@@ -174,6 +176,23 @@ class Store:
         if fields:
             sets = ", ".join(f"{k} = ?" for k in fields)
             self._conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
+
+    def end_job(self, job_id: str, state: JobState, message: str, *, replica_state: str) -> bool:
+        """For a process other than the job's driver: record a terminal ``state`` unless one is
+        recorded already; Pending and Running replicas become ``replica_state``; a warning event
+        says why. True if this call recorded it."""
+        now = time.time()
+        with self.transaction() as conn:
+            row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            if row is None or JobState(row["state"]).is_terminal:
+                return False
+            conn.execute("UPDATE jobs SET state = ?, finished_at = ?, message = ? WHERE id = ?",
+                         (state.value, now, message, job_id))
+            conn.execute("UPDATE replicas SET state = ?, finished_at = ? "
+                         "WHERE job_id = ? AND state IN ('Pending', 'Running')", (replica_state, now, job_id))
+            conn.execute("INSERT INTO events (job_id, ts, type, reason, replica, message) VALUES (?, ?, ?, ?, ?, ?)",
+                         (job_id, now, "Warning", state.value, None, message))
+        return True
 
     def get_job(self, job_id: str) -> dict:
         job = self._one("SELECT * FROM jobs WHERE id = ?", job_id)
@@ -190,9 +209,9 @@ class Store:
 
     def finished_before(self, ts: float) -> list[dict]:
         """Jobs in a terminal state that ended (or, never started, were created) before ``ts``."""
-        marks = ", ".join("?" * len(TERMINAL_STATES))
+        marks = ", ".join("?" * len(_TERMINAL))
         return self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) AND COALESCE(finished_at, created_at) < ? "
-                         "ORDER BY created_at", *sorted(TERMINAL_STATES), ts)
+                         "ORDER BY created_at", *_TERMINAL, ts)
 
     def replica_summary(self) -> dict[str, dict[str, int]]:
         """Per job: replica count by state (one query for ``multiworker list``)."""

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from multiworker.backends.local.procs import processes_of_job
+from multiworker.procs import processes_of_job
 from multiworker.store import Store
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "fixtures" / "programs"

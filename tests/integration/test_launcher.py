@@ -108,7 +108,7 @@ def test_grandchildren_die_with_a_killed_launcher(tmp_path, mw_home):
     launcher = mw_popen("run", str(spec), "-q", home=mw_home)
     job = running_job(mw_home)
     from helpers import wait_for
-    from multiworker.backends.local.procs import processes_of_job
+    from multiworker.procs import processes_of_job
 
     wait_for(lambda: len(processes_of_job(job["id"])) >= 6)  # 2 x (bash + 2 sleeps)
     launcher.kill()

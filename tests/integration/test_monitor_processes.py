@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers import REPO, fake_spec, mw, no_processes_left, status, wait_for
-from multiworker.backends.local.procs import free_ports, pid_alive
+from multiworker.procs import free_ports, pid_alive
 
 pytestmark = pytest.mark.integration
 

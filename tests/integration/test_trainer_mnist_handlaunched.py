@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from multiworker.backends.local.procs import free_ports
+from multiworker.procs import free_ports
 from multiworker.metrics_line import parse_metric
 
 pytestmark = pytest.mark.integration

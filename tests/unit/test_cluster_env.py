@@ -14,12 +14,13 @@ def make(pools: dict, **extra) -> JobSpec:
     return JobSpec.model_validate({"name": "j", "module": "trainer.task", "pools": pools, **extra})
 
 
-def ports_for(spec: JobSpec) -> dict[ReplicaId, int]:
-    return {rid: 2000 + i for i, rid in enumerate(replica_ids(spec))}
+def addresses_for(spec: JobSpec, hosts: tuple[str, ...] = ("127.0.0.1",)) -> dict[ReplicaId, str]:
+    """Replica i listens on port 2000 + i of host i mod len(hosts)."""
+    return {rid: f"{hosts[i % len(hosts)]}:{2000 + i}" for i, rid in enumerate(replica_ids(spec))}
 
 
 def env_of(spec, role, index, **kw):
-    return replica_env(spec, ReplicaId(role, index), ports_for(spec), job_id="abc", attempt=1, output_dir="/out", cores=8, **kw)
+    return replica_env(spec, ReplicaId(role, index), addresses_for(spec), job_id="abc", attempt=1, output_dir="/out", cores=8, **kw)
 
 
 def test_chief_and_workers():
@@ -99,7 +100,7 @@ def test_single_replica_has_no_tf_config():
     spec = make({"worker": {"replicas": 1}})
     env = env_of(spec, "worker", 0)
     assert "TF_CONFIG" not in env and "CLUSTER_SPEC" not in env
-    assert tf_config(spec, ReplicaId("worker", 0), cluster_map(spec, ports_for(spec))) is None
+    assert tf_config(spec, ReplicaId("worker", 0), cluster_map(spec, addresses_for(spec))) is None
     assert env["AIP_MODEL_DIR"] == "/out/model"
 
 
@@ -111,7 +112,7 @@ def test_single_replica_has_no_tf_config():
 def test_thread_budget(pools, cores, expected):
     spec = make(pools)
     assert thread_budget(spec, cores) == expected
-    env = replica_env(spec, replica_ids(spec)[0], ports_for(spec), job_id="a", attempt=0, output_dir="/o", cores=cores)
+    env = replica_env(spec, replica_ids(spec)[0], addresses_for(spec), job_id="a", attempt=0, output_dir="/o", cores=cores)
     assert env["MULTIWORKER_THREADS"] == env["TF_NUM_INTRAOP_THREADS"] == env["OMP_NUM_THREADS"] == str(expected)
 
 
@@ -128,4 +129,16 @@ def test_spec_can_set_legacy_keras():
 
 def test_cluster_spec_positions_with_chief():
     spec = make({"chief": {}, "worker": {"replicas": 1}})
-    assert cluster_spec(spec, ReplicaId("chief", 0), ports_for(spec))["task"] == {"type": "workerpool0", "index": 0}
+    assert cluster_spec(spec, ReplicaId("chief", 0), addresses_for(spec))["task"] == {"type": "workerpool0", "index": 0}
+
+
+def test_addresses_on_several_hosts():
+    """Each replica's own host:port goes into TF_CONFIG and CLUSTER_SPEC (replicas on two hosts)."""
+    spec = make({"chief": {}, "worker": {"replicas": 2}, "ps": {"replicas": 1}})
+    addresses = addresses_for(spec, ("10.0.0.1", "10.0.0.2"))
+    env = replica_env(spec, ReplicaId("worker", 0), addresses, job_id="abc", attempt=0, output_dir="/out", cores=8)
+    assert json.loads(env["TF_CONFIG"])["cluster"] == {
+        "chief": ["10.0.0.1:2000"], "worker": ["10.0.0.2:2001", "10.0.0.1:2002"], "ps": ["10.0.0.2:2003"]}
+    assert json.loads(env["CLUSTER_SPEC"])["cluster"] == {
+        "workerpool0": ["10.0.0.1:2000"], "workerpool1": ["10.0.0.2:2001", "10.0.0.1:2002"],
+        "workerpool2": ["10.0.0.2:2003"]}

@@ -4,7 +4,7 @@ import io
 
 from rich.console import Console
 
-from multiworker.backends.local.console import ConsoleObserver, format_progress
+from multiworker.monitor.console import ConsoleObserver, format_progress
 
 NOISE = [
     "I0000 00:00:1795240195.143475   11803 port.cc:153] oneDNN custom operations are on.",

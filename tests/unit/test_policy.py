@@ -5,7 +5,17 @@ from __future__ import annotations
 import pytest
 
 from multiworker.cluster import ReplicaId
-from multiworker.policy import Decision, backoff_delay, decide, exit_description, is_retryable, normalize_exit_code
+from multiworker.policy import (
+    Decision,
+    all_exited,
+    backoff_delay,
+    decide,
+    exit_description,
+    exit_order,
+    is_retryable,
+    normalize_exit_code,
+    shutdown_plan,
+)
 from multiworker.spec.model import JobSpec
 
 W0, W1, C0, PS0, EV0 = (ReplicaId("worker", 0), ReplicaId("worker", 1), ReplicaId("chief", 0), ReplicaId("ps", 0),
@@ -93,3 +103,21 @@ def test_loop_recovers_after_one_failure():
 
 def test_loop_gives_up_after_backoff_limit():
     assert run_loop(spec(limit=2), [(W1, 1), (W1, 1), (W1, 1)]) == ("Failed", 2)
+
+
+def test_exit_order_puts_the_likeliest_root_cause_first():
+    # raw codes: worker-0 errored, worker-1 was killed, chief-0 succeeded, ps-0 errored too
+    assert exit_order({C0: 0, W0: 1, PS0: 1, W1: -9}) == [W1, PS0, W0, C0]
+
+
+def test_all_exited():
+    assert all_exited([W0, W1], {W0: 0, W1: 1}) and not all_exited([W0, W1], {W0: 0})
+
+
+@pytest.mark.parametrize("kw,running,expected", [
+    ({}, [W1], {W1: 30.0}),
+    ({"evaluator": True}, [W1, EV0], {W1: 30.0, EV0: 300.0}),
+    ({"ps": True}, [W0, W1, PS0], {W0: 0.0, W1: 0.0, PS0: 0.0}),
+], ids=["worker-grace", "evaluator-timeout", "ps-and-pss-workers-at-once"])
+def test_shutdown_plan(kw, running, expected):
+    assert shutdown_plan(spec(**kw), running) == expected

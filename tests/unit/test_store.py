@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from multiworker.backends.base import JobState
 from multiworker.errors import JobNotFound, UserError
 from multiworker.store import MIGRATIONS, SCHEMA_VERSION, Store
 
@@ -48,8 +49,32 @@ def test_v1_store_opens_and_migrates(tmp_path):
 
 @pytest.mark.parametrize("start", range(1, SCHEMA_VERSION), ids=lambda v: f"v{v}")
 def test_every_older_version_migrates(tmp_path, start):
-    Store(tmp_path, migrate_to=start).close()
-    assert Store(tmp_path).schema_version == SCHEMA_VERSION
+    old = Store(tmp_path, migrate_to=start)
+    old._conn.execute("INSERT INTO jobs (id, name, state, spec_json, created_at) VALUES ('abcd1234', 'old', 'Failed', ?, 1.0)",
+                      (SPEC,))
+    old._conn.execute("INSERT INTO replicas (job_id, role, idx, state) VALUES ('abcd1234', 'worker', 0, 'Failed')")
+    old.close()
+    store = Store(tmp_path)
+    assert store.schema_version == SCHEMA_VERSION
+    # v4 (the backend seam): the old job reads as a local one with no handle; replicas gain host and node
+    job = store.get_job("abcd1234")
+    assert (job["backend"], job["handle_json"]) == ("local", None)
+    store.update_job("abcd1234", handle_json='{"k": 1}')
+    store.upsert_replica("abcd1234", "worker", 0, state="Failed", host="10.0.0.2", node="n2")
+    (rep,) = store.replicas("abcd1234")
+    assert (rep["host"], rep["node"], store.get_job("abcd1234")["handle_json"]) == ("10.0.0.2", "n2", '{"k": 1}')
+
+
+def test_end_job_records_once(tmp_path):
+    """Another process (cancel, Lost detection) records an end only if the driver has not."""
+    store = Store(tmp_path)
+    _job(store, "cccc0001", "Running")
+    store.upsert_replica("cccc0001", "worker", 0, state="Running")
+    assert store.end_job("cccc0001", JobState.LOST, "driver gone", replica_state="Lost")
+    assert not store.end_job("cccc0001", JobState.CANCELLED, "too late", replica_state="Stopped")
+    job = store.get_job("cccc0001")
+    assert (job["state"], job["message"], store.replicas("cccc0001")[0]["state"]) == ("Lost", "driver gone", "Lost")
+    assert [(e["type"], e["reason"]) for e in store.events("cccc0001")][-1] == ("Warning", "Lost")
 
 
 def test_newer_store_is_refused_with_a_hint(tmp_path):

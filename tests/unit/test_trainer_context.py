@@ -180,6 +180,5 @@ def test_default_strategy_in_process(tmp_path, monkeypatch):
     created = strategy_module.strategy()
     assert created is tf.distribute.get_strategy()
     assert strategy_module.strategy() is created
-    assert context().strategy is created
     assert strategy_module.cluster_coordinator() is None
     assert not (tmp_path / "TRAINING_DONE").exists()

@@ -1,5 +1,3 @@
-"""Backends run a validated job spec somewhere: ``local`` (processes on this machine) is the default."""
-
-__all__ = ["BACKENDS"]
-
-BACKENDS = ("local",)
+"""Backends run a recorded job somewhere; ``base`` holds the contract and the registry
+(``BACKENDS``, ``get_backend``), ``controller`` the restart loop shared by supervised backends, and
+each backend is a folder of its own (``local``: processes on this machine, the default)."""

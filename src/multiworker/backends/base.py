@@ -120,8 +120,11 @@ class Backend(abc.ABC):
         final state. Ctrl-C / SIGTERM in this process stop the job (exit 130 upstream)."""
 
     @abc.abstractmethod
-    def cancel(self, store: "Store", job: dict) -> dict:
-        """Stop a running job (from another process) and return its record, Cancelled."""
+    def cancel(self, store: "Store", job: dict, *, timeout: float | None = None) -> dict:
+        """Stop a running job (from another process) and return its record, Cancelled.
+
+        ``timeout``: seconds to wait for the job's driver to stop it (None: the backend's default,
+        e.g. the job's grace period plus a margin)."""
 
     def reconcile(self, store: "Store", job: dict) -> dict:
         """Make a non-terminal record truthful (a dead driver -> Lost, with an event); return it."""
@@ -132,8 +135,10 @@ class ReplicaGroup(abc.ABC):
     """The replicas of one attempt of a supervised job, wherever they run.
 
     The group controller calls, per attempt: ``place`` -> ``start`` each replica -> ``poll`` /
-    ``read_log`` / ``samples`` until the policy ends the attempt -> ``stop`` -> ``close``.
-    Exit codes are raw ``Popen.returncode`` values (negative for a signal); ``policy`` normalizes.
+    ``read_log`` / ``samples`` until the policy ends the attempt -> ``stop`` -> ``close``; the same
+    group object is placed again for the next attempt. ``close`` is called once per attempt, also
+    when starting failed part-way. Exit codes are raw ``Popen.returncode`` values (negative for a
+    signal); ``policy`` normalizes.
     """
 
     @abc.abstractmethod
@@ -143,7 +148,11 @@ class ReplicaGroup(abc.ABC):
     @abc.abstractmethod
     def start(self, replica: "ReplicaId", cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
         """Start one replica (own session, dies with its parent); its output ends up in
-        ``log_path`` on this machine. Return its pid (on its node)."""
+        ``log_path`` on this machine. Return its pid (on its node).
+
+        ``env`` holds only what multiworker sets (TF_CONFIG, CLUSTER_SPEC, AIP_*, MULTIWORKER_*, the
+        spec's env); the group lays it over the environment a process gets where the replica runs
+        (``multiworker.procs.child_environ(env)`` on that node)."""
 
     @abc.abstractmethod
     def poll(self) -> dict["ReplicaId", int | None]:

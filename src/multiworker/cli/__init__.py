@@ -19,7 +19,8 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="multiworker",
-    help="Run distributed multi-worker TensorFlow jobs locally, on Kubeflow TFJob or on Vertex AI.",
+    help="Run distributed multi-worker TensorFlow jobs on this machine with the cloud's exact TF_CONFIG, "
+    "and convert them to and from Vertex AI, AI Platform and Kubeflow TFJob.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,

@@ -74,8 +74,9 @@ def list_jobs(
 # -- status --------------------------------------------------------------------------------
 def render_status(doc: dict, console: Console) -> None:
     """The human view of a status document."""
-    from multiworker.backends.local.console import format_progress
+    from multiworker.monitor.format import format_progress
     from multiworker.monitor.watch import replica_progress
+    from multiworker.status import HEARTBEAT_STALE
 
     console.print(f"[bold]{doc['id']}[/bold]  {escape(doc['name'])}  [bold]{_state(doc['state'])}[/bold]  "
                   f"attempt {doc['attempt']}  restarts {doc['restarts']}  {fmt_duration(doc['duration_seconds'])}")
@@ -87,7 +88,7 @@ def render_status(doc: dict, console: Console) -> None:
     if doc.get("message") and doc["state"] not in ("Running", "Pending"):
         console.print(f"  {escape(doc['message'])}")
     age = doc.get("heartbeat_age_seconds")
-    if age is not None and age > 10:
+    if age is not None and age > HEARTBEAT_STALE:
         console.print(f"  [bold red]warning:[/bold red] no heartbeat from the supervisor for {age:.0f}s")
     table = Table(box=None, pad_edge=False)
     for col in ("REPLICA", "STATE", "PID", "EXIT", "CPU%", "MEMORY", "ATTEMPT", "PROGRESS"):
@@ -205,8 +206,8 @@ def cancel(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Stop running jobs cleanly: every replica stopped, state Cancelled. Ended jobs are left as they are."""
+    from multiworker.backends.base import JobState
     from multiworker.monitor.lifecycle import cancel_job
-    from multiworker.store import TERMINAL_STATES
 
     store = _store()
     out = []
@@ -220,7 +221,7 @@ def cancel(
         return
     console = _console()
     for r in out:
-        if r["was"] in TERMINAL_STATES:
+        if JobState(r["was"]).is_terminal:
             console.print(f"{r['id']}: already {_state(r['state'])}")
         else:
             console.print(f"{r['id']}: {_state(r['state'])}")

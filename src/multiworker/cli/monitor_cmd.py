@@ -31,7 +31,7 @@ def watch(
 
     Exits when the job ends, with the job's exit code (0 succeeded, 1 failed or lost, 130 cancelled).
     """
-    from multiworker.backends.local import EXIT_CODES
+    from multiworker.backends.base import JobState
     from multiworker.monitor.watch import watch as run_watch
 
     store = _store()
@@ -39,7 +39,7 @@ def watch(
         doc = run_watch(store, store.resolve(job), console=Console(highlight=False), interval=interval)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None  # stop watching; the job goes on
-    raise typer.Exit(EXIT_CODES.get(doc["state"], 1))
+    raise typer.Exit(JobState(doc["state"]).exit_code)
 
 
 def logs(

@@ -1,4 +1,5 @@
-"""``multiworker run``: load a job spec (any format), then supervise it here or detached."""
+"""``multiworker run``: load a job spec (any format), record it for a backend, then run it here
+(the launcher drives it to its end) or detached."""
 
 from __future__ import annotations
 
@@ -10,7 +11,15 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-__all__ = ["register", "load_from_cli"]
+from multiworker.backends.base import backend_names
+
+__all__ = ["register", "load_from_cli", "backend_options"]
+
+
+def backend_options(**given) -> dict:
+    """The backend-specific options given on the command line, by name, for ``create_job``
+    (unset ones left out): a backend's own options become ``run`` parameters passed here."""
+    return {name: value for name, value in given.items() if value not in (None, [], ())}
 
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
@@ -36,13 +45,16 @@ def run(
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
+    backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
 ) -> None:
-    """Run a job: every replica a local process with the cloud's TF_CONFIG, supervised and restarted as a group.
+    """Run a job: every replica a process with the cloud's TF_CONFIG, supervised and restarted as a group.
 
     Exit codes: 0 succeeded, 1 failed, 2 bad input, 130 interrupted.
     """
-    from multiworker.backends.local import EXIT_CODES, create_job, run_foreground, start_detached
-    from multiworker.backends.local.console import ConsoleObserver
+    from multiworker.backends.base import get_backend
+    from multiworker.backends.daemon import start_detached
+    from multiworker.jobs import create_job
+    from multiworker.monitor.console import ConsoleObserver
     from multiworker.store import Store
 
     console = Console(highlight=False, soft_wrap=True)
@@ -50,8 +62,11 @@ def run(
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()
-    job_id = create_job(store, loaded, trainer_args=trainer_args or [], inject_failures=inject_failure)
+    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(),
+                        trainer_args=trainer_args or [], inject_failures=inject_failure)
     job = store.get_job(job_id)
+    for note in json.loads(job["options_json"])["notes"][len(loaded.notes):]:  # the backend's own
+        console.print(f"[yellow]note:[/yellow] {note}")
     counts = ", ".join(f"{role} x{n}" for role, n in loaded.spec.replica_counts().items())
     if detach:
         pid = start_detached(store, job_id)
@@ -62,9 +77,9 @@ def run(
         return
     console.print(f"[bold]job {job_id}[/bold] ({loaded.spec.name}): {counts}")
     console.print(f"  output: {job['output_dir']}\n  logs:   {job['job_dir']}")
-    state = run_foreground(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
+    state = get_backend(backend).run(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
     _print_outcome(console, store, job_id, state)
-    raise typer.Exit(EXIT_CODES.get(state, 1))
+    raise typer.Exit(state.exit_code)
 
 
 def _print_outcome(console: Console, store, job_id: str, state: str) -> None:

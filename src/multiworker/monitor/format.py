@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from multiworker.spec.model import format_duration
 
-__all__ = ["fmt_bytes", "fmt_duration", "fmt_optional", "fmt_metrics", "headline_metrics", "STATE_STYLES"]
+__all__ = ["fmt_bytes", "fmt_duration", "fmt_metrics", "headline_metrics", "format_progress",
+           "STATE_STYLES"]
 
 STATE_STYLES = {
     "Running": "cyan", "Restarting": "yellow", "Pending": "dim", "Succeeded": "green", "Failed": "red",
@@ -28,10 +29,6 @@ def fmt_duration(seconds: float | None) -> str:
     return "-" if seconds is None else format_duration(max(0.0, seconds))
 
 
-def fmt_optional(value, spec: str = "") -> str:
-    return "-" if value is None else format(value, spec)
-
-
 _HEADLINE_KEYS = {"loss", "accuracy", "rmse", "mae", "auc", "images_per_sec", "step", "epochs_run"}
 
 
@@ -48,3 +45,21 @@ def headline_metrics(data: dict | None) -> dict:
 def fmt_metrics(data: dict | None) -> str:
     """'test_accuracy 0.9669  test_loss 0.1089' from a metric dict."""
     return "  ".join(f"{k} {v:.4g}" for k, v in headline_metrics(data).items())
+
+
+_SKIP_KEYS = {"kind", "epoch", "epochs", "step", "steps", "seconds", "images_per_sec", "time"}
+
+
+def format_progress(metric: dict) -> str:
+    """'epoch 2/5  loss 0.1234  accuracy 0.9812  1,234 images/s' from an epoch metric."""
+    parts = []
+    if metric.get("epoch") is not None:
+        total = f"/{metric['epochs']}" if metric.get("epochs") else ""
+        parts.append(f"epoch {metric['epoch']}{total}")
+    for key, value in metric.items():
+        if key in _SKIP_KEYS or not isinstance(value, (int, float)) or isinstance(value, bool):
+            continue
+        parts.append(f"{key} {value:.4g}")
+    if metric.get("images_per_sec"):
+        parts.append(f"{metric['images_per_sec']:,.0f} images/s")
+    return "  ".join(parts)

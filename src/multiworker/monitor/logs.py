@@ -11,7 +11,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from multiworker.errors import UserError
-from multiworker.store import TERMINAL_STATES, Store
+from multiworker.backends.base import JobState, LogLayout
+from multiworker.store import Store
 
 __all__ = ["LogLine", "SUPERVISOR", "latest_attempt", "log_files", "read_logs", "follow_logs"]
 
@@ -49,10 +50,9 @@ def _replica_names(store: Store, job_id: str) -> list[str]:
 def log_files(store: Store, job_id: str, *, attempt: int | None = None,
               replica: str | None = None) -> tuple[int, list[tuple[str, Path]]]:
     """The attempt shown and its (replica, log path) pairs; the latest attempt and every replica by default."""
-    job = store.get_job(job_id)
-    job_dir = Path(job["job_dir"])
+    layout = LogLayout(Path(store.get_job(job_id)["job_dir"]))
     if replica == SUPERVISOR:
-        return latest_attempt(store, job_id), [(SUPERVISOR, job_dir / "supervisor.log")]
+        return latest_attempt(store, job_id), [(SUPERVISOR, layout.supervisor_log)]
     names = _replica_names(store, job_id)
     if replica is not None:
         if replica not in names:
@@ -63,7 +63,7 @@ def log_files(store: Store, job_id: str, *, attempt: int | None = None,
         attempt = latest
     elif not 0 <= attempt <= latest:
         raise UserError(f"job {job_id} has no attempt {attempt}; its attempts are 0..{latest}")
-    return attempt, [(name, job_dir / f"attempt_{attempt}" / f"{name}.log") for name in names]
+    return attempt, [(name, layout.replica_log(attempt, name)) for name in names]
 
 
 def _clean(raw: bytes) -> str | None:
@@ -141,7 +141,7 @@ def follow_logs(store: Store, job_id: str, *, attempt: int | None = None, replic
     (or the one ``attempt`` asked for) has ended and every line is out.
 
     ``refresh`` reads the job record (default: with Lost detection), so a follow never outlives a
-    dead supervisor.
+    dead driver.
     """
     if refresh is None:
         from multiworker.status import refresh_liveness as refresh
@@ -152,7 +152,7 @@ def follow_logs(store: Store, job_id: str, *, attempt: int | None = None, replic
     while True:
         # Read the state before the logs: once it is terminal, every replica has stopped writing.
         job = refresh(store, job_id)
-        done = job["state"] in TERMINAL_STATES or (pinned and _attempt_finished(store, job_id, current))
+        done = JobState(job["state"]).is_terminal or (pinned and _attempt_finished(store, job_id, current))
         for name, tailer in tailers:
             for text in tailer.read():
                 yield LogLine(name, current, text)

@@ -14,9 +14,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from multiworker.backends.local import procs
+from multiworker import procs
+from multiworker.backends.base import JobState
 from multiworker.errors import UserError
-from multiworker.store import TERMINAL_STATES, Store
+from multiworker.store import Store
 
 __all__ = ["DEFAULT_PORT", "logdir_of", "tensorboard_command", "pick_port", "serve"]
 
@@ -78,7 +79,7 @@ def serve(store: Store, job_id: str, *, host: str = "127.0.0.1", port: int | Non
         raise UserError("TensorBoard is not installed; it ships with TensorFlow: `pip install 'multiworker[tensorflow]'`")
     job = store.get_job(job_id)
     logdir = logdir_of(job)
-    if not logdir.is_dir() and job["state"] in TERMINAL_STATES:
+    if not logdir.is_dir() and JobState(job["state"]).is_terminal:
         raise UserError(f"job {job_id} wrote no TensorBoard logs ({logdir} does not exist); "
                         "the trainer writes them with the TensorBoard callback into AIP_TENSORBOARD_LOG_DIR")
     port = pick_port(host, port)

@@ -12,9 +12,10 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from multiworker.monitor.format import STATE_STYLES, fmt_bytes, fmt_duration, fmt_metrics
-from multiworker.status import job_status
-from multiworker.store import TERMINAL_STATES, Store
+from multiworker.backends.base import JobState
+from multiworker.monitor.format import STATE_STYLES, fmt_bytes, fmt_duration, fmt_metrics, format_progress
+from multiworker.status import HEARTBEAT_STALE, job_status
+from multiworker.store import Store
 
 __all__ = ["snapshot", "render", "replica_progress", "watch"]
 
@@ -78,7 +79,7 @@ def _header(doc: dict) -> Text:
     if doc.get("images_per_sec"):
         text.append(f"  {doc['images_per_sec']:,.0f} images/s", "bold")
     age = doc.get("heartbeat_age_seconds")
-    if age is not None and age > 10:
+    if age is not None and age > HEARTBEAT_STALE:
         text.append(f"  no heartbeat for {age:.0f}s", "bold red")
     return text
 
@@ -104,8 +105,6 @@ def _replica_table(doc: dict) -> Table:
 
 
 def _metrics(doc: dict) -> Text | None:
-    from multiworker.backends.local.console import format_progress
-
     parts = []
     if doc.get("last_metrics"):
         parts.append(format_progress(doc["last_metrics"]))
@@ -134,7 +133,7 @@ def render(doc: dict) -> RenderableType:
     if metrics is not None:
         parts += [Text(""), metrics]
     parts += [Text(""), _events(doc)]
-    if doc["state"] in TERMINAL_STATES:
+    if JobState(doc["state"]).is_terminal:
         if doc.get("message"):
             parts += [Text(""), Text.from_markup(f"[{STATE_STYLES.get(doc['state'], '')}]{doc['state']}[/]: "
                                                  f"{escape(doc['message'].splitlines()[0])}")]
@@ -150,7 +149,7 @@ def watch(store: Store, job_id: str, *, console: Console | None = None, interval
     console = console or Console(highlight=False)
     doc = snapshot(store, job_id)
     with Live(render(doc), console=console, auto_refresh=False, transient=False) as live:
-        while doc["state"] not in TERMINAL_STATES:
+        while not JobState(doc["state"]).is_terminal:
             time.sleep(interval)
             doc = snapshot(store, job_id)
             live.update(render(doc), refresh=True)

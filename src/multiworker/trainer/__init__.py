@@ -27,14 +27,8 @@ from multiworker.trainer._fit import fit
 from multiworker.trainer._markers import done_marker_path, mark_training_done, training_done
 from multiworker.trainer._report import emit
 from multiworker.trainer._saving import save_model, write_metrics_json
-from multiworker.trainer._strategy import (
-    cluster_coordinator,
-    configure_threads,
-    fit_kwargs,
-    serve_if_needed,
-    strategy,
-    strategy_kind,
-)
+from multiworker.trainer._strategy import cluster_coordinator, fit_kwargs, serve_if_needed, strategy, strategy_kind
+from multiworker.trainer._threads import configure_threads
 
 __all__ = [
     "Context",

@@ -55,13 +55,6 @@ class Context:
         """``<task_type>-<task_index>``, the replica's name in logs."""
         return f"{self.task_type}-{self.task_index}"
 
-    @property
-    def strategy(self) -> Any:
-        """The process's tf.distribute strategy (see :func:`multiworker.trainer.strategy`)."""
-        from multiworker.trainer._strategy import strategy
-
-        return strategy(self)
-
 
 def context(environ: Mapping[str, str] | None = None, **overrides: Any) -> Context:
     """Read the replica environment into a :class:`Context`; keyword arguments override fields.

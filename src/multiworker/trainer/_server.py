@@ -19,6 +19,7 @@ from typing import NoReturn
 
 from multiworker.trainer._context import Context
 from multiworker.trainer._markers import training_done
+from multiworker.trainer._threads import configure_threads
 
 logger = logging.getLogger(__name__)
 
@@ -45,8 +46,6 @@ def _exit(code: int, why: str) -> NoReturn:
 def serve_forever(ctx: Context) -> NoReturn:
     """Start this replica's server and block until the job is over; never returns."""
     import tensorflow as tf
-
-    from multiworker.trainer._strategy import configure_threads
 
     started = time.time()
     resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()

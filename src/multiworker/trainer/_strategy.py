@@ -15,39 +15,16 @@ from typing import Any
 
 from multiworker.trainer import _env
 from multiworker.trainer._context import Context, context
+from multiworker.trainer._markers import clear_training_done
+from multiworker.trainer._server import serve_forever
+from multiworker.trainer._threads import configure_threads
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "cluster_coordinator", "configure_threads", "fit_kwargs", "serve_if_needed", "strategy", "strategy_kind",
-]
+__all__ = ["cluster_coordinator", "fit_kwargs", "serve_if_needed", "strategy", "strategy_kind"]
 
 _lock = threading.Lock()
 _strategy: Any = None
-_threads_done = False
-
-
-def configure_threads() -> tuple[int | None, int | None]:
-    """Apply the launcher's thread budget (MULTIWORKER_THREADS, TF_NUM_*_THREADS) to TensorFlow.
-
-    Must run before TensorFlow initializes its runtime; later it only logs a warning.
-    """
-    global _threads_done
-    intra, inter = _env.thread_budget()
-    if _threads_done or (intra is None and inter is None):
-        return intra, inter
-    import tensorflow as tf
-
-    try:
-        if intra:
-            tf.config.threading.set_intra_op_parallelism_threads(intra)
-        if inter:
-            tf.config.threading.set_inter_op_parallelism_threads(inter)
-        logger.info("threads: intra-op %s, inter-op %s", intra, inter)
-    except RuntimeError as exc:
-        logger.warning("thread budget not applied (TensorFlow already initialized): %s", exc)
-    _threads_done = True
-    return intra, inter
 
 
 def _local_devices(tf: Any) -> tuple[int, int]:
@@ -77,8 +54,6 @@ def strategy_kind(ctx: Context | None = None, *, local_gpus: int = 0, local_cpus
 
 def _create(ctx: Context) -> Any:
     import tensorflow as tf
-
-    from multiworker.trainer._markers import clear_training_done
 
     gpus, cpus = _local_devices(tf)
     kind = strategy_kind(ctx, local_gpus=gpus, local_cpus=cpus)
@@ -133,8 +108,6 @@ def serve_if_needed(ctx: Context | None = None) -> None:
     """
     ctx = ctx or context()
     if ctx.runs_server_only:
-        from multiworker.trainer._server import serve_forever
-
         configure_threads()
         _env.export_normalized_tf_config()
         serve_forever(ctx)

@@ -1,4 +1,4 @@
-"""A watchdog that outlives the supervisor by a moment: when the supervisor dies (even by
+"""A watchdog that outlives the local driver by a moment: when it dies (even by
 SIGKILL), it kills every process still carrying the job's MULTIWORKER_JOB_ID, grandchildren
 included (PR_SET_PDEATHSIG only reaches a replica's direct process).
 
@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from multiworker.backends.local.procs import pid_alive, processes_of_job
+from multiworker.procs import pid_alive, processes_of_job
 
 __all__ = ["start_watchdog"]
 

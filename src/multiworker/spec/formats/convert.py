@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any
 
 from multiworker.errors import SpecError
 from multiworker.spec.formats._common import KINDS, LOSSY_KINDS, Parsed
@@ -193,9 +192,3 @@ def safe_name(name: str, pattern: str, fix, target: Target, platform: str) -> st
     if out != name:
         target.notes.append(f"name {name!r} is {out!r} on {platform}")
     return out
-
-
-def deep_get(doc: dict, *keys: str) -> Any:
-    for key in keys:
-        doc = doc.get(key) if isinstance(doc, dict) else None
-    return doc

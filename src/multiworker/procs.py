@@ -1,4 +1,6 @@
-"""Process plumbing for local replicas: ports, spawning in own process groups, stopping, finding strays."""
+"""Process plumbing shared by the launcher, its backends and its readers: free ports, spawning a
+child in its own session that dies with its parent, stopping process groups, finding a job's strays.
+"""
 
 from __future__ import annotations
 
@@ -10,14 +12,17 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-__all__ = ["free_ports", "spawn", "signal_group", "stop_groups", "processes_of_job", "pid_alive"]
+__all__ = ["free_ports", "spawn", "child_environ", "signal_group", "stop_groups", "processes_of_job", "pid_alive",
+           "same_process"]
 
 log = logging.getLogger(__name__)
 
 _PR_SET_PDEATHSIG = 1
+# A replica must not inherit the launcher's own cluster identity.
+_INHERITED_CLUSTER_VARS = ("TF_CONFIG", "CLUSTER_SPEC")
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
@@ -62,6 +67,13 @@ def spawn(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path) -> 
         )
 
 
+def child_environ(extra: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment without TF_CONFIG / CLUSTER_SPEC, with ``extra`` over it: what a
+    replica started here gets."""
+    base = {k: v for k, v in os.environ.items() if k not in _INHERITED_CLUSTER_VARS}
+    return {**base, **extra}
+
+
 def signal_group(pid: int, sig: int) -> bool:
     """Send ``sig`` to the process group led by ``pid``; False if it is already gone."""
     try:
@@ -101,6 +113,20 @@ def pid_alive(pid: int | None) -> bool:
         return proc.status() != psutil.STATUS_ZOMBIE
     except Exception:  # noqa: BLE001 - psutil.NoSuchProcess, AccessDenied, ImportError
         return False
+
+
+def same_process(pid: int | None, last_seen: float) -> bool:
+    """Whether ``pid`` is alive and is the process last seen at ``last_seen`` (epoch seconds), not a
+    later one that reuses its pid: a process born after ``last_seen`` is someone else."""
+    if not pid_alive(pid):
+        return False
+    try:
+        import psutil
+
+        created = psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - gone meanwhile, or no access: trust the pid
+        return pid_alive(pid)
+    return created <= last_seen + 2.0
 
 
 def processes_of_job(job_id: str) -> list[int]:

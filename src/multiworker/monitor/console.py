@@ -9,7 +9,8 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from multiworker.backends.local.observer import Observer
+from multiworker.backends.observer import Observer
+from multiworker.monitor.format import format_progress
 
 __all__ = ["ConsoleObserver", "format_progress"]
 
@@ -20,24 +21,6 @@ _NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl|Example stragglers:|/job:\w+/replica:|"
     r"To enable the following instructions: |E\d{4} .*(cuInit|cuda_platform|cuda_dnn|cuda_blas|cuda_fft))"
 )
-_SKIP_KEYS = {"kind", "epoch", "epochs", "step", "steps", "seconds", "images_per_sec", "time"}
-
-
-def format_progress(metric: dict) -> str:
-    """'epoch 2/5  loss 0.1234  accuracy 0.9812  1,234 images/s' from an epoch metric."""
-    parts = []
-    if metric.get("epoch") is not None:
-        total = f"/{metric['epochs']}" if metric.get("epochs") else ""
-        parts.append(f"epoch {metric['epoch']}{total}")
-    for key, value in metric.items():
-        if key in _SKIP_KEYS or not isinstance(value, (int, float)) or isinstance(value, bool):
-            continue
-        parts.append(f"{key} {value:.4g}")
-    if metric.get("images_per_sec"):
-        parts.append(f"{metric['images_per_sec']:,.0f} images/s")
-    return "  ".join(parts)
-
-
 def _headline(key: str, value) -> bool:
     """Fields worth a console line: quality metrics and throughput, not bookkeeping."""
     if key == "kind" or isinstance(value, (dict, list)):

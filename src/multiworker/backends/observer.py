@@ -1,4 +1,4 @@
-"""What the supervisor tells whoever watches it: replica lines, metrics, events, the end."""
+"""What the group controller tells whoever watches it: replica lines, metrics, events, the end."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ __all__ = ["Observer", "NullObserver"]
 
 
 class Observer:
-    """Callbacks from the supervisor; every method is optional."""
+    """Callbacks from the group controller; every method is optional."""
 
     def on_line(self, replica: str, line: str) -> None: ...
 

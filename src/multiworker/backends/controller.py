@@ -1,0 +1,343 @@
+"""The group controller: one job's restart loop over any :class:`ReplicaGroup` (local processes,
+Ray actors...). Attempts, whole-group restarts through ``policy.decide`` after a growing back-off,
+the active deadline, fault injection, metric lines, resource samples, the heartbeat, and a stop on
+SIGINT / SIGTERM / SIGHUP; everything it learns goes to the store.
+
+It runs in the launcher's process (foreground) or in the detached daemon; all it knows comes from
+the job record, so any process can drive a recorded job.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from multiworker.backends.base import JobState, LogLayout, Placement, ReplicaGroup
+from multiworker.backends.failures import ReplicaFailure, summarize
+from multiworker.backends.ingest import LogIngest
+from multiworker.backends.observer import NullObserver, Observer
+from multiworker.cluster import ReplicaId, primary_replica, replica_env, replica_ids
+from multiworker.faults import Injector, parse_injection
+from multiworker.policy import (
+    Decision,
+    all_exited,
+    backoff_delay,
+    decide,
+    exit_description,
+    exit_order,
+    normalize_exit_code,
+    shutdown_plan,
+)
+from multiworker.spec.model import JobSpec
+from multiworker.store import Store
+
+__all__ = ["GroupController"]
+
+log = logging.getLogger(__name__)
+
+_SAMPLE_EVERY = 1.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclasses.dataclass
+class _Replica:
+    """One running copy of a replica in the current attempt."""
+
+    rid: ReplicaId
+    placement: Placement
+    log_path: Path
+    pid: int | None = None
+    returncode: int | None = None  # raw, once its exit is recorded
+    stopped_by_us: bool = False
+
+    @property
+    def exit_code(self) -> int | None:
+        return None if self.returncode is None else normalize_exit_code(self.returncode)
+
+
+class GroupController:
+    """Runs one recorded job to its end over ``group``. ``run()`` returns the final state."""
+
+    def __init__(self, store: Store, job_id: str, group: ReplicaGroup, observer: Observer | None = None, *,
+                 poll_interval: float = 0.1):
+        self.store = store
+        self.job_id = job_id
+        self.group = group
+        self.obs = observer or NullObserver()
+        self.poll_interval = poll_interval
+        job = store.get_job(job_id)
+        self.spec = JobSpec.model_validate_json(job["spec_json"])
+        self.base_dir = Path(job["base_dir"] or ".")
+        self.layout = LogLayout(Path(job["job_dir"]))
+        self.output_dir = Path(job["output_dir"])
+        options = json.loads(job["options_json"] or "{}")
+        self.trainer_args: list[str] = options.get("trainer_args", [])
+        self.injector = Injector([parse_injection(t) for t in options.get("inject_failures", [])])
+        self.ingest = LogIngest(store, job_id, self.obs, primary=primary_replica(self.spec).name)
+        self.replicas: dict[ReplicaId, _Replica] = {}
+        self.restarts = 0
+        self.attempt = 0
+        self._group_open = False
+        self._stop_signal: int | None = None
+        self._started = 0.0
+        self._first_attempt_started = 0.0
+        self._last_sample = 0.0
+
+    # -- public ------------------------------------------------------------------------
+    def run(self) -> JobState:
+        state = JobState(self.store.get_job(self.job_id)["state"])
+        if state is not JobState.PENDING:  # e.g. cancelled before its driver started
+            return state
+        previous = self._install_signal_handlers()
+        self._started = time.time()
+        self.store.update_job(self.job_id, state=JobState.RUNNING.value, started_at=self._started,
+                              supervisor_pid=os.getpid(), heartbeat_at=self._started)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            return self._loop()
+        except BaseException as exc:  # never leave replicas or a Running record behind
+            self._stop_all()
+            self._close_group()
+            self._finish(JobState.FAILED, f"supervisor error: {exc!r}", reason="Failed")
+            raise
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    # -- the restart loop ----------------------------------------------------------------
+    def _loop(self) -> JobState:
+        while True:
+            self._start_group()
+            outcome, detail = self._watch()
+            self._close_group()
+            if outcome == "succeeded":
+                self.store.end_attempt(self.job_id, self.attempt, "Succeeded")
+                return self._finish(JobState.SUCCEEDED, detail or "the job succeeded", reason="Succeeded")
+            if outcome == "cancelled":
+                self.store.end_attempt(self.job_id, self.attempt, "Cancelled")
+                return self._finish(JobState.CANCELLED, detail, reason="Cancelled", warning=True)
+            if outcome == "deadline":
+                self.store.end_attempt(self.job_id, self.attempt, "DeadlineExceeded")
+                return self._finish(JobState.FAILED, detail, reason="DeadlineExceeded", warning=True)
+            if outcome == "failed":
+                self.store.end_attempt(self.job_id, self.attempt, "Failed")
+                return self._finish(JobState.FAILED, detail, reason="Failed", warning=True)
+            # restart the whole group after a growing back-off
+            self.store.end_attempt(self.job_id, self.attempt, "Restarting")
+            delay = backoff_delay(self.spec, self.restarts)
+            self.restarts += 1
+            self.store.update_job(self.job_id, state=JobState.RESTARTING.value, restarts=self.restarts)
+            self._event("Restarting", f"restart {self.restarts}/{self.spec.run_policy.backoff_limit} of the whole group "
+                        f"in {delay:g}s: {detail.splitlines()[0]}", warning=True)
+            if self._sleep(delay):
+                return self._finish(JobState.CANCELLED, self._cancel_message(), reason="Cancelled", warning=True)
+            self.attempt += 1
+
+    def _command(self, rid: ReplicaId) -> tuple[list[str], Path]:
+        program = self.spec.resolved(rid.role)
+        if program.module:
+            cmd = [program.python or sys.executable, "-m", program.module]
+        else:
+            cmd = list(program.command or [])
+        return cmd + list(program.args or []) + self.trainer_args, self.base_dir / (program.working_dir or ".")
+
+    def _start_group(self) -> None:
+        ids = replica_ids(self.spec)
+        self.layout.attempt_dir(self.attempt).mkdir(parents=True, exist_ok=True)
+        self.store.start_attempt(self.job_id, self.attempt)
+        if self.attempt == 0:
+            self._first_attempt_started = time.time()
+        self.ingest.new_attempt(self.attempt)
+        self.replicas = {}
+        self._group_open = True
+        placements = self.group.place(ids, self.attempt)
+        addresses = {rid: placements[rid].address for rid in ids}
+        for rid in ids:
+            placement = placements[rid]
+            env = replica_env(self.spec, rid, addresses, job_id=self.job_id, attempt=self.attempt,
+                              output_dir=str(self.output_dir))
+            cmd, cwd = self._command(rid)
+            rep = self.replicas[rid] = _Replica(rid, placement, self.layout.replica_log(self.attempt, rid.name))
+            rep.pid = self.group.start(rid, cmd, cwd, env, rep.log_path)
+            self.store.upsert_replica(self.job_id, rid.role, rid.index, state="Running", pid=rep.pid,
+                                      port=placement.port, host=placement.host, node=placement.node, exit_code=None,
+                                      attempt=self.attempt, started_at=time.time(), finished_at=None,
+                                      log_path=str(rep.log_path))
+            where = f"port {placement.port}" if placement.host == "127.0.0.1" else f"on {placement.address}"
+            self._event("Started", f"pid {rep.pid}, {where}, attempt {self.attempt}: {' '.join(cmd)}",
+                        replica=rid.name)
+        self.store.update_job(self.job_id, state=JobState.RUNNING.value)
+
+    def _close_group(self) -> None:
+        if self._group_open:
+            self._group_open = False
+            self.group.close()
+
+    def _newly_exited(self) -> dict[ReplicaId, int]:
+        """Raw exit codes of the replicas that exited since their exit was last recorded."""
+        return {rid: code for rid, code in self.group.poll().items()
+                if code is not None and rid in self.replicas and self.replicas[rid].returncode is None}
+
+    def _watch(self) -> tuple[str, str]:
+        """Watch the group until it succeeds, must restart, fails, is cancelled or hits its deadline."""
+        exits: dict[ReplicaId, int] = {}
+        deadline = self.spec.run_policy.active_deadline
+        while True:
+            self._pump_logs()
+            self._tick()
+            if self._stop_signal is not None:
+                self._stop_all()
+                return "cancelled", self._cancel_message()
+            if deadline is not None and time.time() - self._started > deadline:
+                self._stop_all()
+                return "deadline", f"active_deadline of {deadline:g}s exceeded; stopped every replica"
+            newly = self._newly_exited()
+            for rid in exit_order(newly):
+                rep = self.replicas[rid]
+                rep.returncode = newly[rid]
+                exits[rid] = rep.exit_code
+                self._record_exit(rep)
+                decision = decide(self.spec, rid, rep.exit_code, exits, self.restarts)
+                if decision is Decision.SUCCEED:
+                    self._finish_success()
+                    return "succeeded", f"{rid} succeeded"
+                if decision in (Decision.RESTART, Decision.FAIL):
+                    self._stop_all()
+                    self._pump_logs()
+                    summary = self._failure_summary(rep)
+                    return ("restart" if decision is Decision.RESTART else "failed"), summary
+            if all_exited(self.replicas, exits):
+                return "failed", "every replica exited without the success policy being met"
+            time.sleep(self.poll_interval)
+
+    def _finish_success(self) -> None:
+        """After success: stop ps at once; give workers a grace period and the evaluator its timeout."""
+        plan = shutdown_plan(self.spec, [rid for rid, rep in self.replicas.items() if rep.returncode is None])
+        start = time.monotonic()
+        while plan:
+            self._pump_logs()
+            self._tick()
+            for rid, code in self._newly_exited().items():
+                self.replicas[rid].returncode = code
+                self._record_exit(self.replicas[rid])
+            plan = {rid: wait for rid, wait in plan.items() if self.replicas[rid].returncode is None}
+            overdue = [rid for rid, wait in plan.items() if time.monotonic() - start >= wait]
+            if overdue:
+                self._stop(overdue)
+            if not plan or len(overdue) == len(plan):
+                break
+            if self._stop_signal is not None:
+                self._stop_all()
+                break
+            time.sleep(self.poll_interval)
+        self._pump_logs()
+
+    # -- helpers -----------------------------------------------------------------------------
+    def _record_exit(self, rep: _Replica) -> None:
+        code = rep.exit_code
+        if rep.stopped_by_us:
+            state = "Stopped"
+        else:
+            state = "Succeeded" if code == 0 else "Failed"
+        self.store.upsert_replica(self.job_id, rep.rid.role, rep.rid.index, state=state, exit_code=code,
+                                  finished_at=time.time())
+        message = "stopped by multiworker" if rep.stopped_by_us else exit_description(rep.returncode)
+        self._event("ExitedWithCode", f"{message} (pid {rep.pid})", replica=rep.rid.name,
+                    warning=state == "Failed")
+
+    def _stop(self, rids: list[ReplicaId]) -> None:
+        """Stop these replicas (grace period, then SIGKILL) and record how each ended."""
+        before = self.group.poll()
+        for rid in rids:
+            if before.get(rid) is None:
+                self.replicas[rid].stopped_by_us = True
+        self.group.stop(rids, self.spec.run_policy.grace_period)
+        after = self.group.poll()
+        for rid in rids:
+            rep = self.replicas[rid]
+            if rep.returncode is None:
+                code = after.get(rid)
+                rep.returncode = -signal.SIGKILL if code is None else code
+                self._record_exit(rep)
+
+    def _stop_all(self) -> None:
+        if self.replicas:
+            self._stop(list(self.replicas))
+
+    def _failure_summary(self, root: _Replica) -> str:
+        failed = [r for r in self.replicas.values() if r is not root and r.exit_code and not r.stopped_by_us]
+
+        def as_failure(r: _Replica) -> ReplicaFailure:
+            return ReplicaFailure(r.rid.name, r.pid, r.returncode, r.log_path)
+
+        return summarize(as_failure(root), [as_failure(r) for r in failed])
+
+    def _tick(self) -> None:
+        """Periodic work: fault injection, resource samples, progress and the heartbeat."""
+        now = time.time()
+        for inj in self.injector.due(now - self._first_attempt_started):
+            rep = self.replicas.get(inj.replica)
+            if rep is None or rep.returncode is not None or not self.group.signal(inj.replica, inj.signal):
+                self._event("InjectedFailure", f"{inj}: {inj.replica} was not running; nothing killed",
+                            replica=inj.replica.name, warning=True)
+                continue
+            self._event("InjectedFailure", f"sent {inj.signal_name} to {inj.replica} (pid {rep.pid}) "
+                        f"{now - self._first_attempt_started:.1f}s after the first attempt started",
+                        replica=inj.replica.name, warning=True)
+        if now - self._last_sample >= _SAMPLE_EVERY:
+            self._last_sample = now
+            rows = self.group.samples()
+            if rows:
+                self.store.add_samples(self.job_id, rows)
+                self.obs.on_samples(rows)
+            self.ingest.flush_progress()
+            self.store.update_job(self.job_id, heartbeat_at=now)
+
+    def _pump_logs(self) -> None:
+        for rid in self.replicas:
+            self.ingest.feed(rid.name, self.group.read_log(rid))
+
+    def _finish(self, state: JobState, message: str, *, reason: str, warning: bool = False) -> JobState:
+        self.ingest.flush_progress()
+        self.store.update_job(self.job_id, state=state.value, finished_at=time.time(), message=message,
+                              restarts=self.restarts, heartbeat_at=time.time())
+        self._event(reason, message, warning=warning)
+        self.obs.on_finish(state.value, message)
+        return state
+
+    def _event(self, reason: str, message: str, *, replica: str | None = None, warning: bool = False) -> None:
+        self.store.add_event(self.job_id, reason, message, replica=replica, warning=warning)
+        self.obs.on_event(reason, message, replica=replica, warning=warning)
+
+    def _cancel_message(self) -> str:
+        name = signal.Signals(self._stop_signal).name if self._stop_signal else "cancel"
+        return f"cancelled by {name}; every replica stopped"
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep while keeping the heartbeat; True if a stop was requested meanwhile."""
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            if self._stop_signal is not None:
+                return True
+            self.store.update_job(self.job_id, heartbeat_at=time.time())
+            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+        return self._stop_signal is not None
+
+    def _install_signal_handlers(self) -> dict:
+        """SIGINT, SIGTERM and SIGHUP stop the job; returns the handlers to restore."""
+        def handler(signum, _frame):
+            self._stop_signal = signum
+
+        previous = {}
+        for sig in _STOP_SIGNALS:
+            try:
+                previous[sig] = signal.signal(sig, handler)
+            except ValueError:  # not the main thread
+                pass
+        return previous

@@ -1,0 +1,59 @@
+"""Replica output into the store: split new log bytes into lines; ``MULTIWORKER_METRIC`` lines
+become metrics (progress lines are kept to the latest per replica and written once a second), and
+every other line goes to the observer (the console of a foreground run)."""
+
+from __future__ import annotations
+
+import logging
+
+from multiworker.backends.observer import Observer
+from multiworker.metrics_line import parse_metric
+from multiworker.store import Store
+
+__all__ = ["LogIngest"]
+
+log = logging.getLogger(__name__)
+
+
+class LogIngest:
+    """Line assembly and metric parsing for the replicas of one attempt."""
+
+    def __init__(self, store: Store, job_id: str, observer: Observer, *, primary: str):
+        self.store = store
+        self.job_id = job_id
+        self.obs = observer
+        self.primary = primary  # the replica whose epoch lines speak for the job
+        self.attempt = 0
+        self._partial: dict[str, bytes] = {}
+        self._progress: dict[str, dict] = {}
+
+    def new_attempt(self, attempt: int) -> None:
+        self.attempt = attempt
+        self._partial = {}
+
+    def feed(self, replica: str, data: bytes) -> None:
+        """New output of ``replica``; only complete lines are handled (the rest waits for more)."""
+        if not data:
+            return
+        *lines, self._partial[replica] = (self._partial.get(replica, b"") + data).replace(b"\r", b"\n").split(b"\n")
+        for raw in lines:
+            line = raw.decode("utf-8", "replace").rstrip()
+            if line:
+                self._line(replica, line)
+
+    def _line(self, replica: str, line: str) -> None:
+        metric = parse_metric(line)
+        if metric is None:
+            self.obs.on_line(replica, line)
+            return
+        if metric["kind"] == "progress":
+            self._progress[replica] = metric
+        else:
+            self.store.add_metric(self.job_id, self.attempt, replica, metric)
+        self.obs.on_metric(replica, metric, primary=replica == self.primary)
+
+    def flush_progress(self) -> None:
+        """Write the latest progress line of each replica seen since the last flush."""
+        if self._progress:
+            self.store.set_progress(self.job_id, self.attempt, self._progress)
+            self._progress = {}

@@ -1,0 +1,96 @@
+"""The local replica group: every replica a process on this machine, listening on 127.0.0.1 and a
+free port chosen anew for each attempt, in its own session, killed by the kernel if the launcher
+dies (``procs.spawn``); its output goes straight into its log file, read back incrementally."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+from pathlib import Path
+
+from multiworker import procs
+from multiworker.backends.base import Placement, ReplicaGroup
+from multiworker.cluster import ReplicaId
+
+__all__ = ["LocalGroup"]
+
+log = logging.getLogger(__name__)
+
+_READ_CHUNK = 1 << 20
+
+
+class LocalGroup(ReplicaGroup):
+    """Replicas as local processes (see :class:`~multiworker.backends.base.ReplicaGroup`)."""
+
+    def __init__(self, host: str = "127.0.0.1"):
+        self.host = host
+        self._procs: dict[ReplicaId, subprocess.Popen] = {}
+        self._logs: dict[ReplicaId, Path] = {}
+        self._offsets: dict[ReplicaId, int] = {}
+        self._psutil: dict[ReplicaId, object] = {}
+
+    def place(self, replicas: list[ReplicaId], attempt: int) -> dict[ReplicaId, Placement]:
+        return {rid: Placement(self.host, port) for rid, port in zip(replicas, procs.free_ports(len(replicas), self.host))}
+
+    def start(self, replica: ReplicaId, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
+        proc = procs.spawn(cmd, cwd=cwd, env=procs.child_environ(env), log_path=log_path)
+        self._procs[replica] = proc
+        self._logs[replica] = log_path
+        self._offsets[replica] = 0
+        return proc.pid
+
+    def poll(self) -> dict[ReplicaId, int | None]:
+        return {rid: proc.poll() for rid, proc in self._procs.items()}
+
+    def signal(self, replica: ReplicaId, signum: int) -> bool:
+        proc = self._procs.get(replica)
+        if proc is None or proc.poll() is not None:
+            return False
+        return procs.signal_group(proc.pid, signum)
+
+    def stop(self, replicas: list[ReplicaId], grace: float) -> None:
+        procs.stop_groups([self._procs[r] for r in replicas if r in self._procs], grace)
+
+    def read_log(self, replica: ReplicaId) -> bytes:
+        path = self._logs.get(replica)
+        if path is None:
+            return b""
+        try:
+            with open(path, "rb") as f:
+                f.seek(self._offsets[replica])
+                chunk = f.read(_READ_CHUNK)
+        except OSError:
+            return b""
+        self._offsets[replica] += len(chunk)
+        return chunk
+
+    def samples(self) -> list[tuple[str, float, int]]:
+        """CPU % and RSS of each running replica, its child processes included."""
+        import psutil
+
+        rows = []
+        for rid, proc in self._procs.items():
+            if proc.poll() is not None:
+                continue
+            try:
+                top = self._psutil.get(rid)
+                if top is None:
+                    top = self._psutil[rid] = psutil.Process(proc.pid)
+                members = [top, *top.children(recursive=True)]
+                cpu = sum(p.cpu_percent(None) for p in members)
+                rss = sum(p.memory_info().rss for p in members)
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            rows.append((rid.name, cpu, rss))
+        return rows
+
+    def close(self) -> None:
+        """Forget this attempt's processes (the controller has stopped them; any left are killed)."""
+        left = [p for p in self._procs.values() if p.poll() is None]
+        if left:
+            log.warning("closing the group with %d replica(s) still running; killing them", len(left))
+            procs.stop_groups(left, 0.0)
+        self._procs.clear()
+        self._logs.clear()
+        self._offsets.clear()
+        self._psutil.clear()

@@ -1,0 +1,63 @@
+"""Recording a new job, whatever backend runs it: the resolved spec, the options its driver needs,
+and the backend's name, so any process can run, read or cancel it later."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from multiworker.backends.base import LogLayout, get_backend
+from multiworker.faults import check_injections, parse_injection
+from multiworker.spec.load import LoadedSpec
+from multiworker.store import Store, new_job_id
+
+__all__ = ["create_job"]
+
+log = logging.getLogger(__name__)
+
+
+def create_job(
+    store: Store,
+    loaded: LoadedSpec,
+    *,
+    backend: str = "local",
+    backend_options: Mapping[str, Any] | None = None,
+    trainer_args: Sequence[str] = (),
+    inject_failures: Sequence[str] = (),
+) -> str:
+    """Record a new Pending job for ``backend`` and return its id.
+
+    The backend checks the spec and its options first (a ``UserError`` before anything is
+    written); its notes join the spec's in ``options_json["notes"]``.
+    """
+    options: dict[str, Any] = dict(backend_options or {})
+    notes = get_backend(backend).check(loaded, options)
+    injections = [parse_injection(t) for t in inject_failures]
+    check_injections(loaded.spec, injections)
+    job_id = new_job_id()
+    while store.has_job(job_id):
+        job_id = new_job_id()
+    layout = LogLayout(store.home / "jobs" / job_id)
+    layout.job_dir.mkdir(parents=True, exist_ok=True)
+    spec = loaded.spec
+    output_dir = loaded.resolve(spec.output_dir) if spec.output_dir else layout.job_dir / "output"
+    layout.spec_file.write_text(spec.model_dump_json(indent=2, exclude_none=True))
+    record = {"trainer_args": list(trainer_args), "inject_failures": [str(i) for i in injections],
+              "notes": [*loaded.notes, *notes], "backend_options": options}
+    store.create_job(
+        job_id=job_id,
+        name=spec.name,
+        backend=backend,
+        spec_json=spec.model_dump_json(),
+        format=loaded.format,
+        spec_path=str(loaded.path.resolve()) if loaded.path else None,
+        base_dir=str(loaded.base_dir),
+        output_dir=str(Path(output_dir)),
+        job_dir=str(layout.job_dir),
+        options_json=json.dumps(record),
+    )
+    log.debug("created job %s (%s backend)", job_id, backend)
+    return job_id

@@ -1,0 +1,259 @@
+"""The group controller's real restart loop, driven by a fake ReplicaGroup with scripted exits:
+the policy tests end to end without processes (attempts, restarts, deadline, injection, metrics)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from multiworker.backends.base import JobState, Placement, ReplicaGroup
+from multiworker.backends.controller import GroupController
+from multiworker.backends.observer import Observer
+from multiworker.cluster import ReplicaId
+from multiworker.errors import UserError
+from multiworker.jobs import create_job
+from multiworker.spec.load import load_spec
+from multiworker.store import Store
+
+W0, W1, PS0 = ReplicaId("worker", 0), ReplicaId("worker", 1), ReplicaId("ps", 0)
+RUNNING = None  # a poll result: still running
+
+
+class FakeGroup(ReplicaGroup):
+    """Replicas that exist only in a script: per attempt, each replica's poll results in turn
+    (the last one repeats) and the log chunks it prints. A signal or a stop ends a replica."""
+
+    def __init__(self, script: list[dict[ReplicaId, list[int | None]]], logs: dict[ReplicaId, list[bytes]] | None = None,
+                 on_poll=None):
+        self.script = script
+        self.logs = logs or {}
+        self.on_poll = on_poll
+        self.attempt = -1
+        self.started: dict[ReplicaId, dict] = {}
+        self.forced: dict[ReplicaId, int] = {}
+        self.calls: list[tuple] = []
+        self.polls = 0
+
+    def place(self, replicas, attempt):
+        self.attempt = attempt
+        self.started, self.forced = {}, {}
+        self.calls.append(("place", attempt))
+        return {rid: Placement(f"10.0.0.{i + 1}", 5000 + i, node=f"node-{i}") for i, rid in enumerate(replicas)}
+
+    def start(self, replica, cmd, cwd, env, log_path):
+        self.started[replica] = {"cmd": cmd, "cwd": cwd, "env": env, "log_path": log_path, "polls": 0}
+        return 100 + len(self.started)
+
+    def poll(self):
+        self.polls += 1
+        if self.on_poll:
+            self.on_poll(self)
+        out = {}
+        for rid, st in self.started.items():
+            if rid in self.forced:
+                out[rid] = self.forced[rid]
+                continue
+            steps = self.script[self.attempt].get(rid, [RUNNING])
+            out[rid] = steps[min(st["polls"], len(steps) - 1)]
+            st["polls"] += 1
+        return out
+
+    def signal(self, replica, signum):
+        self.calls.append(("signal", replica, signum))
+        if replica not in self.started or self.poll_one(replica) is not None:
+            return False
+        self.forced[replica] = -signum
+        return True
+
+    def poll_one(self, replica):
+        st = self.started[replica]
+        steps = self.script[self.attempt].get(replica, [RUNNING])
+        return self.forced.get(replica, steps[min(max(st["polls"] - 1, 0), len(steps) - 1)])
+
+    def stop(self, replicas, grace):
+        self.calls.append(("stop", tuple(replicas)))
+        for rid in replicas:
+            if self.poll_one(rid) is None:
+                self.forced[rid] = -signal.SIGTERM
+
+    def read_log(self, replica):
+        chunks = self.logs.get(replica) if self.attempt == 0 else None
+        return chunks.pop(0) if chunks else b""
+
+    def samples(self):
+        return [(rid.name, 12.5, 1 << 20) for rid in self.started if rid not in self.forced]
+
+    def close(self):
+        self.calls.append(("close", self.attempt))
+
+
+class Recorder(Observer):
+    def __init__(self):
+        self.lines, self.metrics, self.events, self.finished = [], [], [], None
+
+    def on_line(self, replica, line):
+        self.lines.append((replica, line))
+
+    def on_metric(self, replica, metric, *, primary):
+        self.metrics.append((replica, metric["kind"], primary))
+
+    def on_event(self, reason, message, *, replica, warning):
+        self.events.append(reason)
+
+    def on_finish(self, state, message):
+        self.finished = (state, message)
+
+
+def make_job(tmp_path: Path, pools: str = "{worker: {replicas: 2}}", run_policy: str = "{backoff: 0.01}",
+             **kw) -> tuple[Store, str]:
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "prog.py").write_text("")
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: fake\nmodule: prog\npools: {pools}\nrun_policy: {run_policy}\n")
+    store = Store(tmp_path / "home")
+    return store, create_job(store, load_spec(spec), **kw)
+
+
+def drive(store, job_id, group, observer=None) -> JobState:
+    return GroupController(store, job_id, group, observer, poll_interval=0.001).run()
+
+
+def test_healthy_healthy_failed_restarts_the_group_then_succeeds(tmp_path):
+    store, job_id = make_job(tmp_path, trainer_args=["--epochs", "1"])
+    group = FakeGroup([
+        {W0: [RUNNING], W1: [RUNNING, RUNNING, -signal.SIGKILL]},  # attempt 0: worker-1 killed
+        {W0: [RUNNING, 0], W1: [0]},  # attempt 1: both finish
+    ])
+    obs = Recorder()
+    assert drive(store, job_id, group, obs) is JobState.SUCCEEDED
+    job = store.get_job(job_id)
+    assert (job["state"], job["restarts"], job["backend"]) == ("Succeeded", 1, "local")
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["Restarting", "Succeeded"]
+    # every attempt is placed anew and closed; the survivor of attempt 0 was stopped
+    assert [c for c in group.calls if c[0] in ("place", "close")] == [("place", 0), ("close", 0), ("place", 1),
+                                                                      ("close", 1)]
+    assert ("stop", (W0, W1)) in group.calls
+    reasons = [e["reason"] for e in store.events(job_id)]
+    assert reasons.count("Started") == 4 and "Restarting" in reasons and reasons[-1] == "Succeeded"
+    assert obs.finished[0] == "Succeeded" and "Restarting" in obs.events
+    # each replica's environment names every replica's own host:port; the command gets the trainer args
+    started = group.started[W1]
+    assert json.loads(started["env"]["TF_CONFIG"])["cluster"] == {"worker": ["10.0.0.1:5000", "10.0.0.2:5001"]}
+    assert started["env"]["MULTIWORKER_ATTEMPT"] == "1" and "PATH" not in started["env"]
+    assert started["cmd"][-2:] == ["--epochs", "1"] and started["cwd"] == tmp_path
+    assert started["log_path"] == Path(job["job_dir"]) / "attempt_1" / "worker-1.log"
+    reps = {f"{r['role']}-{r['idx']}": r for r in store.replicas(job_id)}
+    assert (reps["worker-1"]["host"], reps["worker-1"]["node"], reps["worker-1"]["port"]) == ("10.0.0.2", "node-1", 5001)
+    assert {r["state"] for r in reps.values()} == {"Succeeded"}
+    assert store.latest_samples(job_id)["worker-0"]["cpu_percent"] == 12.5
+
+
+def test_backoff_limit_reached_fails_with_the_root_cause_first(tmp_path):
+    store, job_id = make_job(tmp_path, run_policy="{backoff: 0.01, backoff_limit: 1}")
+    fail = {W0: [RUNNING, 1], W1: [RUNNING, -signal.SIGKILL]}  # together: the kill is the likelier cause
+    assert drive(store, job_id, FakeGroup([fail, fail])) is JobState.FAILED
+    job = store.get_job(job_id)
+    assert job["restarts"] == 1
+    assert job["message"].startswith("root cause: worker-1 (pid 102) failed with signal SIGKILL (exit code 137)")
+    assert "also failed [worker-0]: exit code 1" in job["message"]
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["Restarting", "Failed"]
+
+
+def test_deadline_stops_every_replica(tmp_path):
+    store, job_id = make_job(tmp_path, run_policy="{active_deadline: 0.2s}")
+    group = FakeGroup([{}])  # nobody ever exits
+    assert drive(store, job_id, group) is JobState.FAILED
+    assert "active_deadline of 0.2s exceeded" in store.get_job(job_id)["message"]
+    assert store.attempts(job_id)[0]["outcome"] == "DeadlineExceeded"
+    assert ("stop", (W0, W1)) in group.calls
+    assert {r["state"] for r in store.replicas(job_id)} == {"Stopped"}
+
+
+def test_injected_failure_signals_through_the_group_and_restarts(tmp_path):
+    store, job_id = make_job(tmp_path, inject_failures=["worker-1@0s:KILL", "worker-0@1h"])
+    group = FakeGroup([{}, {W0: [0], W1: [0]}])
+    assert drive(store, job_id, group) is JobState.SUCCEEDED
+    assert [c for c in group.calls if c[0] == "signal"] == [("signal", W1, signal.SIGKILL)]  # once; 1h never came
+    events = [(e["reason"], e["replica"], e["message"]) for e in store.events(job_id)]
+    injected = [e for e in events if e[0] == "InjectedFailure"]
+    assert len(injected) == 1 and injected[0][1] == "worker-1" and "sent SIGKILL" in injected[0][2]
+    assert store.get_job(job_id)["restarts"] == 1
+
+
+def test_metric_lines_go_to_the_store_and_bad_ones_are_plain_lines(tmp_path):
+    epoch = b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "epochs": 2, "loss": 0.5}\n'
+    logs = {W0: [b"hello\nMULTIWORKER_METRIC {not json\n", epoch[:20], epoch[20:] + b"MULTIWORKER_METRIC {\"kind\": \"nope\"}\n",
+                 b'MULTIWORKER_METRIC {"kind": "progress", "epoch": 1, "epochs": 2, "step": 3, "steps": 10}\npart'],
+            W1: [b'MULTIWORKER_METRIC {"kind": "final", "test_accuracy": 0.99}\n']}
+    store, job_id = make_job(tmp_path)
+    obs = Recorder()
+    group = FakeGroup([{W0: [RUNNING] * 6 + [0], W1: [0]}], logs=logs)
+    assert drive(store, job_id, group, obs) is JobState.SUCCEEDED
+    assert [m["data"]["loss"] for m in store.metrics(job_id, "epoch")] == [0.5]
+    assert store.metrics(job_id, "final")[0]["replica"] == "worker-1"
+    assert store.progress(job_id)["worker-0"]["step"] == 3
+    assert ("worker-0", "epoch", True) in obs.metrics and ("worker-1", "final", False) in obs.metrics
+    lines = [line for _, line in obs.lines]
+    assert lines == ["hello", "MULTIWORKER_METRIC {not json", 'MULTIWORKER_METRIC {"kind": "nope"}']  # "part" waits
+
+
+def test_never_policy_fails_at_once_and_ps_success_exit_is_not_success(tmp_path):
+    store, job_id = make_job(tmp_path, pools="{chief: {}, worker: {replicas: 1}, ps: {}}",
+                             run_policy="{restart_policy: Never}")
+    group = FakeGroup([{PS0: [0], ReplicaId("worker", 0): [RUNNING, RUNNING, 3]}])
+    assert drive(store, job_id, group) is JobState.FAILED
+    assert store.get_job(job_id)["restarts"] == 0
+    assert "root cause: worker-0" in store.get_job(job_id)["message"]
+
+
+def test_ps_and_evaluator_exits_do_not_decide(tmp_path):
+    """A ps or evaluator that exits 0 first leaves the decision to the chief (or every worker)."""
+    store, job_id = make_job(tmp_path, pools="{chief: {}, ps: {}}")
+    assert drive(store, job_id, FakeGroup([{PS0: [0], ReplicaId("chief", 0): [RUNNING, 0]}])) is JobState.SUCCEEDED
+    store, job_id = make_job(tmp_path / "b", pools="{worker: {replicas: 1}, evaluator: {}}",
+                             run_policy="{success_policy: all_workers}")
+    group = FakeGroup([{ReplicaId("evaluator", 0): [0], W0: [RUNNING, 0]}])
+    assert drive(store, job_id, group) is JobState.SUCCEEDED
+
+
+def test_after_success_ps_stops_at_once(tmp_path):
+    store, job_id = make_job(tmp_path, pools="{chief: {}, worker: {replicas: 1}, ps: {}}")
+    group = FakeGroup([{ReplicaId("chief", 0): [RUNNING, 0]}])
+    assert drive(store, job_id, group) is JobState.SUCCEEDED
+    stopped = [c[1] for c in group.calls if c[0] == "stop"]
+    assert set(stopped[0]) == {W0, PS0}  # workers serve forever under ParameterServerStrategy
+    states = {f"{r['role']}-{r['idx']}": r["state"] for r in store.replicas(job_id)}
+    assert states == {"chief-0": "Succeeded", "worker-0": "Stopped", "ps-0": "Stopped"}
+
+
+def test_sigterm_to_the_driver_cancels(tmp_path):
+    store, job_id = make_job(tmp_path)
+    group = FakeGroup([{}], on_poll=lambda g: g.polls == 3 and os.kill(os.getpid(), signal.SIGTERM))
+    previous = signal.getsignal(signal.SIGTERM)
+    assert drive(store, job_id, group) is JobState.CANCELLED
+    assert signal.getsignal(signal.SIGTERM) is previous  # restored
+    assert JobState.CANCELLED.exit_code == 130
+    assert store.get_job(job_id)["message"] == "cancelled by SIGTERM; every replica stopped"
+
+
+def test_a_job_no_longer_pending_is_not_run(tmp_path):
+    store, job_id = make_job(tmp_path)
+    store.update_job(job_id, state="Cancelled")
+    group = FakeGroup([{}])
+    assert drive(store, job_id, group) is JobState.CANCELLED and group.calls == []
+
+
+def test_create_job_records_backend_and_options(tmp_path):
+    store, job_id = make_job(tmp_path, backend_options={"example": 1}, inject_failures=["worker-1@5s"])
+    job = store.get_job(job_id)
+    options = json.loads(job["options_json"])
+    assert job["backend"] == "local" and job["state"] == "Pending"
+    assert options["backend_options"] == {"example": 1} and options["inject_failures"] == ["worker-1@5s:KILL"]
+    assert (Path(job["job_dir"]) / "spec.json").is_file()
+    with pytest.raises(UserError, match="--backend 'nope': unknown backend; choose one of local"):
+        create_job(store, load_spec(tmp_path / "job.yaml"), backend="nope")
+    assert len(store.list_jobs()) == 1
