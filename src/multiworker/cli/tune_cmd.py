@@ -108,6 +108,9 @@ def run(
     from multiworker.tune.config import JobRef, read_config
     from multiworker.tune.runner import TrialSetup, Tuner
 
+    from multiworker.backends.base import get_backend
+
+    get_backend(backend)  # an unknown backend or a missing extra: one line, before anything starts
     console = _console()
     if config is not None:
         cfg = read_config(config)
@@ -135,7 +138,7 @@ def run(
     for note in [*cfg.notes, *(n for n in loaded.notes if "hyperparameters" not in n)]:
         console.print(f"[yellow]note:[/yellow] {escape(note)}")
     study = cfg.study
-    name = _job_name_check(study_name or cfg.name or loaded.spec.name)
+    name = _job_name_check(study_name or (cfg.name or loaded.spec.name)[:50])
     max_trials = max_trials or study.max_trials
     parallel = parallel or study.parallel_trials
     store = Store()

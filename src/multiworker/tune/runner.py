@@ -12,7 +12,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from multiworker.spec.load import LoadedSpec
-from multiworker.store import TERMINAL_STATES, Store
+from multiworker.backends.base import JobState
+from multiworker.status import refresh_liveness
+from multiworker.store import Store
 from multiworker.tune import hypertune, search
 from multiworker.tune.jobs import create_trial_job, start_job, stop_job
 from multiworker.tune.model import Study
@@ -84,8 +86,6 @@ class Tuner:
         for t in stale:
             job_id = t.user_attrs.get("job_id")
             if job_id and self.store.has_job(job_id):
-                from multiworker.status import refresh_liveness
-
                 refresh_liveness(self.store, job_id)  # records Lost and stops strays
             search.mark_interrupted(self.ostudy, t)
         return [t.number + 1 for t in stale]
@@ -174,8 +174,8 @@ class Tuner:
             return
         if not done:
             return
-        job = self.store.get_job(run.job_id)
-        state = job["state"] if job["state"] in TERMINAL_STATES else "Lost"
+        job = refresh_liveness(self.store, run.job_id)  # a driver that died unrecorded: Lost
+        state = job["state"]
         measurements, source = self._measurements(run, final=True)
         if self.study.early_stopping:
             self._report(run, measurements)
