@@ -156,6 +156,7 @@ def job_rows(store: Store, limit: int | None = None) -> list[dict]:
             "started_at": job["started_at"],
             "finished_at": job["finished_at"],
             "duration_seconds": _duration(job),
+            "study": json.loads(job["options_json"] or "{}").get("study"),  # a tuning trial's study
         })
     return rows
 

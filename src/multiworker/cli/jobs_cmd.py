@@ -46,11 +46,13 @@ def render_list(rows: list[dict], console: Console) -> None:
         console.print("no jobs yet; start one with `multiworker run job.yaml`")
         return
     table = Table(box=None, pad_edge=False)
-    for col in ("ID", "NAME", "STATE", "REPLICAS", "RESTARTS", "AGE", "DURATION"):
+    studies = any(r.get("study") for r in rows)  # tuning trials: a STUDY column
+    for col in ("ID", "NAME", *(["STUDY"] if studies else []), "STATE", "REPLICAS", "RESTARTS", "AGE", "DURATION"):
         table.add_column(col, no_wrap=True)
     for r in rows:
         replicas = f"{r['running']}/{r['replicas']}" if r["state"] in ("Running", "Restarting", "Pending") else str(r["replicas"])
-        table.add_row(r["id"], escape(r["name"]), _state(r["state"]), replicas, str(r["restarts"]),
+        study = [escape(r.get("study") or "-")] if studies else []
+        table.add_row(r["id"], escape(r["name"]), *study, _state(r["state"]), replicas, str(r["restarts"]),
                       fmt_duration(r["age_seconds"]), fmt_duration(r["duration_seconds"]))
     console.print(table)
 

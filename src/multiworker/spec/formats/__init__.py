@@ -55,6 +55,7 @@ def load_job(
     check: bool = True,
     cwd: str | Path | None = None,
     max_replicas: int = DEFAULT_MAX_REPLICAS,
+    data: Any = None,
 ) -> LoadedSpec:
     """Load a job spec of any format into a validated native spec that runs on this machine.
 
@@ -62,10 +63,11 @@ def load_job(
     images to local programs (``images``: IMAGE=COMMAND, or ``dockerfile``), Cloud Storage paths to
     local dirs (``map_paths``: gs://bucket=./dir, relative to ``cwd``) and Python packages to a path.
     With ``check`` (the default) an unmapped image or gs:// path is an error and every program must
-    exist; without it they are left as they are.
+    exist; without it they are left as they are. ``data``: the job already read (e.g. a tuning job's
+    trialJobSpec), instead of reading ``path``, which still names it and anchors relative paths.
     """
     path = Path(path)
-    parsed = parse_job(path, format=format)
+    parsed = parse_job(path, format=format, data=data)
     return load_parsed(parsed, source=str(path), path=path, base_dir=path.resolve().parent, overrides=overrides,
                        images=images, dockerfile=dockerfile, map_paths=map_paths, check=check, cwd=cwd,
                        max_replicas=max_replicas)
