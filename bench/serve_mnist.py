@@ -70,7 +70,7 @@ def in_process(model_dir: Path, image: np.ndarray, seconds: float) -> list[dict]
 def over_http(model_dir: Path, image: np.ndarray, seconds: float, batching: bool) -> list[dict]:
     import httpx
 
-    from multiworker.backends.local.procs import free_ports
+    from multiworker.procs import free_ports
 
     (port,) = free_ports(1)
     args = [sys.executable, "-m", "multiworker", "serve", str(model_dir), "--port", str(port), "--name", "mnist", "--json"]

@@ -25,7 +25,7 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 pytest.importorskip("tensorflow")
 
-from multiworker.backends.local.procs import free_ports  # noqa: E402
+from multiworker.procs import free_ports  # noqa: E402
 from multiworker.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.integration
