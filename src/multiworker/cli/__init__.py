@@ -27,7 +27,7 @@ app = typer.Typer(
 )
 
 # Command modules, in help order. A missing module is skipped so partial installs still work.
-_COMMAND_MODULES = ("run_cmd", "spec_cmd", "jobs_cmd", "monitor_cmd", "convert_cmd", "data_cmd")
+_COMMAND_MODULES = ("run_cmd", "spec_cmd", "jobs_cmd", "monitor_cmd", "convert_cmd", "data_cmd", "ui_cmd")
 
 
 def _register_all() -> None:
