@@ -135,7 +135,8 @@ const MW = (() => {
       width, height: 240,
       scales: { x: { time: false } },
       axes: [
-        { label: opts.xLabel || "", values: opts.integerX ? (u, vals) => vals.map(v => Number.isInteger(v) ? v : "") : undefined },
+        opts.integerX ? { label: opts.xLabel || "", incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000] }
+                      : { label: opts.xLabel || "" },
         { label: opts.yLabel || "", size: 60 },
       ],
       series: [{ label: opts.xLabel || "x" }, ...labels.map((l, i) => ({

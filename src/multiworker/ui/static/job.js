@@ -108,7 +108,7 @@
       throw err;
     }
     render(detail);
-    return MW.TERMINAL.has(detail.status.state) ? 5000 : 1500;
+    return MW.TERMINAL.has(detail.status.state) ? 3000 : 1500;
   });
 
   // ---- curves ----------------------------------------------------------------------------
