@@ -326,3 +326,19 @@ def test_pick_headline_and_failure_summary():
 def test_parse_resume():
     assert parse_resume("2:4096") == (2, 4096)
     assert parse_resume(None) is None and parse_resume("x:1") is None and parse_resume("-1:0") is None
+
+
+def test_every_page_asset_is_in_the_wheel_package_data():
+    import fnmatch
+    import tomllib
+    from pathlib import Path
+
+    import multiworker
+
+    root = Path(__file__).resolve().parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["multiworker"]
+    package = Path(multiworker.__file__).parent
+    assets = [p.relative_to(package).as_posix() for d in ("ui/static", "ui/templates")
+              for p in (package / d).rglob("*") if p.is_file()]
+    assert len(assets) > 10
+    assert [a for a in assets if not any(fnmatch.fnmatch(a, g) for g in globs)] == []
