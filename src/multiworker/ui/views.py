@@ -161,6 +161,7 @@ class Views:
         doc = describe_job(store, job_id)
         doc["spec_yaml"] = yaml.safe_dump(doc["spec"], sort_keys=False, default_flow_style=False)
         doc["failure"] = failure_summary(doc["status"])
+        doc["final_headline"] = headline_metrics(doc["status"]["final_metrics"]) or None
         output = doc["status"].get("output_dir")
         doc["output_exists"] = bool(output) and Path(output).is_dir()
         doc["tensorboard_logdir_exists"] = bool(output) and (Path(output) / "logs").is_dir()

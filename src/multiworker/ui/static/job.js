@@ -27,7 +27,7 @@
       ["Duration", MW.duration(st.started_at ? st.duration_seconds : null)], ["Attempt", st.attempt],
       ["Restarts", st.restarts], ["Epoch", st.epoch ? `${st.epoch}/${st.epochs ?? "?"}` : "-"],
       ["Last metrics", MW.esc(fmtMetrics(st.last_metrics))],
-      ["Final metrics", MW.esc(fmtMetrics(st.final_metrics))],
+      ["Final metrics", MW.esc(fmtMetrics(detail.final_headline))],
       ["Output dir", `<span class="mono">${MW.esc(st.output_dir)}</span>`],
     ];
     if (st.message && !detail.failure) items.push(["Message", MW.esc(st.message)]);
@@ -39,7 +39,7 @@
     if (!m) return "-";
     const skip = new Set(["kind", "epoch", "epochs", "step", "steps", "seconds", "time"]);
     return Object.entries(m).filter(([k, v]) => typeof v === "number" && !skip.has(k))
-      .map(([k, v]) => `${k} ${MW.num(v)}`).join("  ") || "-";
+      .map(([k, v]) => k === "images_per_sec" ? `${MW.num(v)} images/s` : `${k} ${MW.num(v)}`).join(" · ") || "-";
   }
 
   function progress(p) {
