@@ -21,6 +21,7 @@ __all__ = [
     "cluster_map",
     "tf_config",
     "cluster_spec",
+    "vertex_cluster_spec",
     "thread_budget",
     "replica_env",
     "VERTEX_POOL_OF_ROLE",
@@ -85,12 +86,17 @@ def tf_config(spec: JobSpec, replica: ReplicaId, cluster: Mapping[str, list[str]
 
 def cluster_spec(spec: JobSpec, replica: ReplicaId, addresses: Mapping[ReplicaId, str]) -> dict:
     """Vertex AI's CLUSTER_SPEC: pools by position (without a chief, worker 0 is workerpool0)."""
-    counts = spec.replica_counts()
+    return vertex_cluster_spec({rid: addresses[rid] for rid in replica_ids(spec)}, replica)
+
+
+def vertex_cluster_spec(addresses: Mapping[ReplicaId, str], replica: ReplicaId) -> dict:
+    """CLUSTER_SPEC from every replica's address (evaluator included), for ``replica``."""
+    has_chief = any(rid.role == "chief" for rid in addresses)
     pools: dict[str, list[str]] = {}
     position: dict[ReplicaId, tuple[str, int]] = {}
-    for rid in replica_ids(spec):
+    for rid in sorted(addresses, key=lambda r: (ROLES.index(r.role), r.index)):
         pool = VERTEX_POOL_OF_ROLE[rid.role]
-        if not counts.get("chief") and rid.role == "worker":
+        if not has_chief and rid.role == "worker":
             pool = 0 if rid.index == 0 else 1
         name = f"workerpool{pool}"
         pool_addresses = pools.setdefault(name, [])

@@ -4,6 +4,7 @@ the first attempt started, so users can prove recovery before the cloud does it 
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 
 from multiworker.cluster import ReplicaId
@@ -11,6 +12,10 @@ from multiworker.errors import UserError
 from multiworker.spec.model import JobSpec, parse_duration
 
 __all__ = ["Injection", "Injector", "parse_injection", "check_injections"]
+
+# Signals that pause, resume or are ignored by default: injecting them proves nothing and hangs the job.
+_NOT_A_FAILURE = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGCONT,
+                            signal.SIGCHLD, signal.SIGURG, signal.SIGWINCH})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,6 +45,8 @@ def parse_injection(text: str) -> Injection:
     except ValueError as exc:
         raise UserError(f"--inject-failure {text!r}: {exc}") from None
     sig = signal.SIGKILL
+    if not math.isfinite(after):
+        raise UserError(f"--inject-failure {text!r}: the time must be a finite duration; {usage}")
     if sig_text:
         name = sig_text.strip().upper()
         name = name if name.startswith("SIG") else f"SIG{name}"
@@ -47,6 +54,9 @@ def parse_injection(text: str) -> Injection:
             sig = signal.Signals[name] if not sig_text.strip().isdigit() else signal.Signals(int(sig_text))
         except (KeyError, ValueError):
             raise UserError(f"--inject-failure {text!r}: unknown signal {sig_text!r}; use KILL, TERM, INT or a number") from None
+        if sig in _NOT_A_FAILURE:
+            raise UserError(f"--inject-failure {text!r}: {signal.Signals(sig).name} does not end a process (it would "
+                            "stop or be ignored, and the job would hang); use KILL, TERM, INT, SEGV or ABRT")
     return Injection(replica, after, int(sig))
 
 

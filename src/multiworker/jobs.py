@@ -43,7 +43,10 @@ def create_job(
     layout = LogLayout(store.home / "jobs" / job_id)
     layout.job_dir.mkdir(parents=True, exist_ok=True)
     spec = loaded.spec
-    output_dir = loaded.resolve(spec.output_dir) if spec.output_dir else layout.job_dir / "output"
+    if spec.output_dir and "://" in spec.output_dir:  # a cloud backend's gs:// output stays a URI
+        output_dir = spec.output_dir
+    else:
+        output_dir = loaded.resolve(spec.output_dir) if spec.output_dir else layout.job_dir / "output"
     layout.spec_file.write_text(spec.model_dump_json(indent=2, exclude_none=True))
     record = {"trainer_args": list(trainer_args), "inject_failures": [str(i) for i in injections],
               "notes": [*loaded.notes, *notes], "backend_options": options}
@@ -55,7 +58,7 @@ def create_job(
         format=loaded.format,
         spec_path=str(loaded.path.resolve()) if loaded.path else None,
         base_dir=str(loaded.base_dir),
-        output_dir=str(Path(output_dir)),
+        output_dir=str(output_dir),
         job_dir=str(layout.job_dir),
         options_json=json.dumps(record),
     )

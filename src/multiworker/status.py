@@ -17,6 +17,7 @@ __all__ = [
     "describe_job",
     "refresh_liveness",
     "primary_name",
+    "redact_env",
     "HEARTBEAT_STALE",
 ]
 
@@ -155,6 +156,7 @@ def job_rows(store: Store, limit: int | None = None) -> list[dict]:
             "started_at": job["started_at"],
             "finished_at": job["finished_at"],
             "duration_seconds": _duration(job),
+            "study": json.loads(job["options_json"] or "{}").get("study"),  # a tuning trial's study
         })
     return rows
 
@@ -164,6 +166,21 @@ def _desired_replicas(job: dict) -> int:
     return sum(int(p.get("replicas", 1)) for p in pools.values())
 
 
+REDACTED = "<redacted>"
+
+
+def redact_env(spec: dict) -> dict:
+    """The spec with every env value hidden (they often hold API keys); names stay, to debug with."""
+    def hide(env):
+        return {name: REDACTED for name in env} if isinstance(env, dict) else env
+
+    out = {**spec, "env": hide(spec.get("env"))} if "env" in spec else dict(spec)
+    if isinstance(spec.get("pools"), dict):
+        out["pools"] = {role: ({**pool, "env": hide(pool["env"])} if isinstance(pool, dict) and "env" in pool else pool)
+                        for role, pool in spec["pools"].items()}
+    return out
+
+
 def describe_job(store: Store, job_id: str) -> dict:
     """``multiworker describe``: the resolved spec, options, attempts, replicas and every event."""
     status = job_status(store, job_id)
@@ -171,7 +188,7 @@ def describe_job(store: Store, job_id: str) -> dict:
     options = json.loads(job["options_json"] or "{}")
     return {
         "status": {k: v for k, v in status.items() if k != "replicas"},
-        "spec": json.loads(job["spec_json"]),
+        "spec": redact_env(json.loads(job["spec_json"])),
         "options": options,
         "attempts": store.attempts(job_id),
         "replicas": status["replicas"],

@@ -88,8 +88,19 @@ SCHEMA_VERSION = len(MIGRATIONS)
 
 
 def home_dir() -> Path:
-    """MULTIWORKER_HOME, default ~/.multiworker."""
-    return Path(os.environ.get("MULTIWORKER_HOME") or Path.home() / ".multiworker").expanduser()
+    """MULTIWORKER_HOME (made absolute: replicas run in other directories), default ~/.multiworker."""
+    return Path(os.environ.get("MULTIWORKER_HOME") or Path.home() / ".multiworker").expanduser().absolute()
+
+
+def _prepare_home(home: Path) -> None:
+    """Create the home private to its user (0700): it holds logs and env values such as API keys."""
+    if home.exists() and not home.is_dir():
+        raise UserError(f"MULTIWORKER_HOME {home}: is not a directory; point MULTIWORKER_HOME at a directory")
+    try:
+        home.mkdir(parents=True, exist_ok=True, mode=0o700)
+    except OSError as exc:
+        raise UserError(f"MULTIWORKER_HOME {home}: cannot create it ({exc.strerror}); "
+                        "point MULTIWORKER_HOME at a writable directory") from None
 
 
 def new_job_id() -> str:
@@ -112,15 +123,22 @@ class Store:
     """A handle on the job database. Cheap to open; one per process or thread."""
 
     def __init__(self, home: Path | str | None = None, *, migrate_to: int = SCHEMA_VERSION):
-        self.home = Path(home) if home else home_dir()
-        self.home.mkdir(parents=True, exist_ok=True)
+        self.home = Path(home).absolute() if home else home_dir()
+        _prepare_home(self.home)
         self.path = self.home / "jobs.db"
-        self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self._conn.row_factory = sqlite3.Row
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.execute("PRAGMA busy_timeout=30000")
-        self._migrate(migrate_to)
+        old_umask = os.umask(0o077)  # the database, its WAL and everything written below: 0600
+        try:
+            self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self._conn.row_factory = sqlite3.Row
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.execute("PRAGMA busy_timeout=30000")
+            self._migrate(migrate_to)
+        except sqlite3.DatabaseError as exc:
+            raise UserError(f"{self.path}: cannot use the job store ({exc}); move the file away to start a new "
+                            "store, or point MULTIWORKER_HOME elsewhere") from None
+        finally:
+            os.umask(old_umask)
 
     # -- plumbing --------------------------------------------------------------------
     def _migrate(self, target: int) -> None:
@@ -223,7 +241,9 @@ class Store:
     def resolve(self, ref: str) -> str:
         """A job id from a full id, a unique prefix, or ``last``."""
         ref = (ref or "").strip()
-        if ref in ("last", "latest", ""):
+        if not ref:
+            raise JobNotFound("JOB is empty; give a job id, a unique prefix of one, or `last`")
+        if ref in ("last", "latest"):
             row = self._one("SELECT id FROM jobs ORDER BY created_at DESC LIMIT 1")
             if row is None:
                 raise JobNotFound("there are no jobs yet; start one with `multiworker run job.yaml`")

@@ -72,3 +72,26 @@ def no_processes_left(job_id: str, timeout: float = 10.0) -> bool:
             return True
         time.sleep(0.1)
     return not processes_of_job(job_id)
+
+
+def check_tf_config(records: dict[str, dict], expected_cluster: dict[str, int], chief_type: str = "chief") -> None:
+    """Same cluster everywhere, sized as expected; each replica's task is its own address; ports differ."""
+    clusters = [r["tf_config"]["cluster"] for r in records.values()]
+    assert all(c == clusters[0] for c in clusters)
+    cluster = clusters[0]
+    assert {k: len(v) for k, v in cluster.items()} == expected_cluster
+    addresses = [a for hosts in cluster.values() for a in hosts]
+    assert len(set(addresses)) == len(addresses)
+    assert all(a.startswith("127.0.0.1:") and int(a.rsplit(":", 1)[1]) > 0 for a in addresses)
+    for name, record in records.items():
+        role, index = name.rsplit("-", 1)
+        task = record["tf_config"]["task"]
+        assert task == {"type": chief_type if role == "chief" else role, "index": int(index)}
+        assert cluster[task["type"]][task["index"]] in addresses
+
+
+def epochs_by_attempt(home: Path, job_id: str, replica: str = "worker-0") -> tuple[list[int], list[int]]:
+    """The epochs ``replica`` reported in attempt 0 and in attempt 1 (a resumed run)."""
+    epochs = [(m["attempt"], m["data"]["epoch"]) for m in Store(home).metrics(job_id, "epoch")
+              if m["replica"] == replica]
+    return [e for a, e in epochs if a == 0], [e for a, e in epochs if a == 1]

@@ -12,7 +12,7 @@ import shutil
 
 import pytest
 
-from helpers import REPO, mw, status
+from helpers import REPO, check_tf_config, mw, status
 
 pytestmark = pytest.mark.integration
 
@@ -51,22 +51,6 @@ def job(tmp_path, mw_home):
 
     run.ctx, run.gcs = ctx, gcs
     return run
-
-
-def check_tf_config(records: dict[str, dict], expected_cluster: dict[str, int], chief_type: str = "chief") -> None:
-    """Same cluster everywhere, sized as expected; each replica's task is its own address; ports differ."""
-    clusters = [r["tf_config"]["cluster"] for r in records.values()]
-    assert all(c == clusters[0] for c in clusters)
-    cluster = clusters[0]
-    assert {k: len(v) for k, v in cluster.items()} == expected_cluster
-    addresses = [a for hosts in cluster.values() for a in hosts]
-    assert len(set(addresses)) == len(addresses)
-    assert all(a.startswith("127.0.0.1:") and int(a.rsplit(":", 1)[1]) > 0 for a in addresses)
-    for name, record in records.items():
-        role, index = name.rsplit("-", 1)
-        task = record["tf_config"]["task"]
-        assert task == {"type": chief_type if role == "chief" else role, "index": int(index)}
-        assert cluster[task["type"]][task["index"]] in addresses
 
 
 def test_vertex_config_two_pools(job):

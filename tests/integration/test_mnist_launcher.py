@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers import REPO, mw, no_processes_left, status
+from helpers import REPO, epochs_by_attempt, mw, no_processes_left, status
 from multiworker.store import Store
 
 pytestmark = pytest.mark.integration
@@ -42,10 +42,8 @@ def test_injected_kill_resumes_from_epoch_reached(mw_home):
     assert proc.returncode == 0, proc.stdout[-3000:]
     doc = status(mw_home)
     assert doc["state"] == "Succeeded" and doc["restarts"] == 1
-    epochs = [(m["attempt"], m["data"]["epoch"]) for m in Store(mw_home).metrics(doc["id"], "epoch")
-              if m["replica"] == "worker-0"]
-    before = [e for a, e in epochs if a == 0]
-    after = [e for a, e in epochs if a == 1]
+    before, after = epochs_by_attempt(mw_home, doc["id"])
+    epochs = {"attempt 0": before, "attempt 1": after}
     assert before, f"the kill came before the first epoch ended: {epochs}"
     assert before[-1] < 12, f"training had ended before the kill: {epochs}"
     assert after and after[0] == max(before) + 1, f"did not resume from the epoch reached: {epochs}"

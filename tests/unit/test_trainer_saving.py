@@ -115,3 +115,34 @@ def test_training_done_marker(tmp_path):
     assert training_done(bare, since=time.time() - 60) is not None
     # only the chief writes it
     assert mark_training_done(context(WORKER1, output_dir=str(tmp_path / "w"))) is None
+
+
+def test_publish_dir_never_leaves_the_model_missing(tmp_path):
+    """A reader process polling the model dir while it is replaced 300 times always finds a complete tree."""
+    import subprocess
+    import sys
+
+    target = tmp_path / "model"
+    target.mkdir()
+    (target / "saved_model.pb").write_text("0")
+    stop = tmp_path / "stop"
+    reader = subprocess.Popen([sys.executable, "-c", (
+        "import os,sys\n"
+        f"t, s = {str(target / 'saved_model.pb')!r}, {str(stop)!r}\n"
+        "checks = misses = 0\n"
+        "while not os.path.exists(s):\n"
+        "    checks += 1\n"
+        "    misses += not os.path.isfile(t)\n"
+        "print(checks, misses)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        for i in range(300):
+            tmp = tmp_path / f"model.tmp-{i}"
+            tmp.mkdir()
+            (tmp / "saved_model.pb").write_text(str(i + 1))
+            publish_dir(str(tmp), str(target))
+    finally:
+        stop.touch()
+        checks, misses = map(int, reader.communicate(timeout=30)[0].split())
+    assert checks > 300 and misses == 0, (checks, misses)
+    assert (target / "saved_model.pb").read_text() == "300"
+    assert sorted(os.listdir(tmp_path)) == ["model", "stop"]

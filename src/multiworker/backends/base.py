@@ -194,6 +194,9 @@ class Placement:
 # name -> "module:Class"; imported only when used, so optional extras stay optional.
 BACKENDS: dict[str, str] = {
     "local": "multiworker.backends.local:LocalBackend",
+    "ray": "multiworker.backends.ray:RayBackend",
+    "kubernetes": "multiworker.backends.kubernetes:KubernetesBackend",
+    "vertex": "multiworker.backends.vertex:VertexBackend",
 }
 
 

@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from multiworker.errors import UserError
+from multiworker.errors import BackendError, UserError
 
 __all__ = ["app", "main"]
 
@@ -27,10 +27,17 @@ app = typer.Typer(
 )
 
 # Command modules, in help order. A missing module is skipped so partial installs still work.
-_COMMAND_MODULES = ("run_cmd", "spec_cmd", "jobs_cmd", "monitor_cmd", "convert_cmd", "data_cmd", "ui_cmd")
+_COMMAND_MODULES = ("run_cmd", "gcloud_cmd", "spec_cmd", "jobs_cmd", "monitor_cmd", "convert_cmd", "data_cmd", "serve_cmd", "tune_cmd",
+                    "ui_cmd")
+
+
+_registered: list[str] = []
 
 
 def _register_all() -> None:
+    if _registered:  # main() may run more than once in one process (tests)
+        return
+    _registered.append("done")
     for name in _COMMAND_MODULES:
         try:
             module = importlib.import_module(f"{__name__}.{name}")
@@ -60,6 +67,11 @@ def main() -> None:
             raise
         typer.echo(f"error: {exc}", err=True)
         sys.exit(exc.exit_code)
+    except BackendError as exc:  # a platform refused or failed: one line, exit 1
+        if debug:
+            raise
+        typer.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     except typer.Exit as exc:
         sys.exit(exc.exit_code)
     except typer.Abort:
@@ -71,4 +83,25 @@ def main() -> None:
         if hasattr(exc, "show") and hasattr(exc, "exit_code") and not debug:
             exc.show()
             sys.exit(exc.exit_code if exc.exit_code else 2)
-        raise
+        if debug:
+            raise
+        _internal_error(exc)
+
+
+def _internal_error(exc: BaseException) -> None:
+    """Last line: an unexpected exception is one line naming where the traceback went, never a raw traceback."""
+    import tempfile
+    import traceback
+
+    text = "".join(traceback.format_exception(exc))
+    where = "run again with --debug to see the traceback"
+    try:
+        fd, path = tempfile.mkstemp(prefix="multiworker-error-", suffix=".log")
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        where = f"traceback in {path}"
+    except OSError:
+        pass
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    typer.echo(f"error: internal error: {type(exc).__name__}: {first} ({where}; --debug shows it)", err=True)
+    sys.exit(1)

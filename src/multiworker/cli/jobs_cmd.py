@@ -46,11 +46,13 @@ def render_list(rows: list[dict], console: Console) -> None:
         console.print("no jobs yet; start one with `multiworker run job.yaml`")
         return
     table = Table(box=None, pad_edge=False)
-    for col in ("ID", "NAME", "STATE", "REPLICAS", "RESTARTS", "AGE", "DURATION"):
+    studies = any(r.get("study") for r in rows)  # tuning trials: a STUDY column
+    for col in ("ID", "NAME", *(["STUDY"] if studies else []), "STATE", "REPLICAS", "RESTARTS", "AGE", "DURATION"):
         table.add_column(col, no_wrap=True)
     for r in rows:
         replicas = f"{r['running']}/{r['replicas']}" if r["state"] in ("Running", "Restarting", "Pending") else str(r["replicas"])
-        table.add_row(r["id"], escape(r["name"]), _state(r["state"]), replicas, str(r["restarts"]),
+        study = [escape(r.get("study") or "-")] if studies else []
+        table.add_row(r["id"], escape(r["name"]), *study, _state(r["state"]), replicas, str(r["restarts"]),
                       fmt_duration(r["age_seconds"]), fmt_duration(r["duration_seconds"]))
     console.print(table)
 
@@ -255,6 +257,9 @@ def gc(
     from multiworker.monitor.lifecycle import gc_jobs
     from multiworker.spec.model import parse_duration
 
+    if older_than.strip().replace(".", "", 1).isdigit():
+        raise UserError(f"--older-than {older_than}: give a unit, e.g. {older_than.strip()}d, {older_than.strip()}h "
+                        f"or {older_than.strip()}m")
     try:
         seconds = parse_duration(older_than)
     except ValueError as exc:

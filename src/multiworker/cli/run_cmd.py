@@ -13,26 +13,35 @@ from rich.console import Console
 
 from multiworker.backends.base import backend_names
 
-__all__ = ["register", "load_from_cli", "backend_options"]
+__all__ = ["register", "load_from_cli", "backend_options", "run_loaded"]
+
+# Options that belong to one backend: using one with another backend is an error naming the right one.
+_OWNER = {"ray_address": "ray", "namespace": "kubernetes", "context": "kubernetes", "kubernetes_api": "kubernetes",
+          "project": "vertex", "region": "vertex", "staging_bucket": "vertex", "executor_image": "vertex",
+          "allow_loss": "vertex"}
 
 
 def backend_options(**given) -> dict:
     """The backend-specific options given on the command line, by name, for ``create_job``
     (unset ones left out): a backend's own options become ``run`` parameters passed here."""
-    return {name: value for name, value in given.items() if value not in (None, [], ())}
+    return {name: value for name, value in given.items() if value not in (None, [], (), False)}
 
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
-                  dockerfile: Optional[Path], map_paths: list[str]):
-    """Shared by run and validate: every format, made local with every mapping option."""
+                  dockerfile: Optional[Path], map_paths: list[str], *, local: bool = True,
+                  max_replicas: Optional[int] = None):
+    """Shared by run and validate: every format, made local with every mapping option (``local``:
+    False for a platform-managed backend, which keeps images and gs:// paths as they are)."""
     from multiworker.spec.formats import load_job
+    from multiworker.spec.load import DEFAULT_MAX_REPLICAS
 
     return load_job(spec_file, format=fmt, overrides=overrides or (), images=images or (),
-                    dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or ())
+                    dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or (), check=local,
+                    max_replicas=max_replicas or DEFAULT_MAX_REPLICAS)
 
 
 def run(
-    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform or TFJob."),
+    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform, TFJob or JobSet."),
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
     inject_failure: list[str] = typer.Option(
@@ -41,29 +50,68 @@ def run(
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's INFO/WARNING log lines."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob."),
-    image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset."),
+    image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND; "
+                                    "with --backend kubernetes or vertex: the container image the pools run."),
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
+    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow more replicas than the 256 cap."),
     backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
+    ray_address: Optional[str] = typer.Option(
+        None, "--ray-address", help="ray: the cluster's head, HOST:PORT (default: RAY_ADDRESS, as in Ray)."),
+    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: namespace (default: the context's)."),
+    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context (default: current)."),
+    kubernetes_api: Optional[str] = typer.Option(
+        None, "--kubernetes-api", help="kubernetes: create a jobset (default) or a tfjob (needs the TFJob operator)."),
+    project: Optional[str] = typer.Option(None, "--project", help="vertex: Google Cloud project id."),
+    region: Optional[str] = typer.Option(None, "--region", help="vertex: region (default us-central1)."),
+    staging_bucket: Optional[str] = typer.Option(None, "--staging-bucket", help="vertex: gs://BUCKET for packages and output."),
+    executor_image: Optional[str] = typer.Option(
+        None, "--executor-image", help="vertex: image that runs Python-module pools (default: prebuilt TensorFlow)."),
+    allow_loss: bool = typer.Option(False, "--allow-loss", help="vertex: note, instead of refusing, settings it cannot hold."),
 ) -> None:
     """Run a job: every replica a process with the cloud's TF_CONFIG, supervised and restarted as a group.
 
     Exit codes: 0 succeeded, 1 failed, 2 bad input, 130 interrupted.
     """
     from multiworker.backends.base import get_backend
+    from multiworker.errors import UserError
+
+    options = backend_options(ray_address=ray_address, namespace=namespace, context=context,
+                              kubernetes_api=kubernetes_api, project=project, region=region,
+                              staging_bucket=staging_bucket, executor_image=executor_image, allow_loss=allow_loss)
+    for name in options:
+        if _OWNER[name] != backend:
+            flag = "--" + name.replace("_", "-")
+            raise UserError(f"{flag}: only the {_OWNER[name]} backend uses it; add --backend {_OWNER[name]}")
+    remote = not get_backend(backend).supervised_here  # the platform runs the images: nothing to map locally
+    if remote:
+        options.update(backend_options(image=_remote_image(image, backend, inject_failure)))
+        image = []
+    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, local=not remote,
+                           max_replicas=max_replicas)
+    raise typer.Exit(run_loaded(loaded, trainer_args=trainer_args or [], inject_failures=inject_failure,
+                                detach=detach, quiet=quiet, verbose=verbose, backend=backend,
+                                options=options))
+
+
+def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], detach: bool, quiet: bool,
+               verbose: bool, backend: str = "local", options: dict | None = None) -> int:
+    """Record and run a loaded job (any source: a spec file, a gcloud command line); return the exit code."""
+    from multiworker.backends.base import get_backend
     from multiworker.backends.daemon import start_detached
+    from multiworker.faults import check_injections, parse_injection
     from multiworker.jobs import create_job
     from multiworker.monitor.console import ConsoleObserver
     from multiworker.store import Store
 
     console = Console(highlight=False, soft_wrap=True)
-    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path)
+    check_injections(loaded.spec, [parse_injection(t) for t in inject_failures])  # before the store is touched
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")
     store = Store()
-    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options(),
-                        trainer_args=trainer_args or [], inject_failures=inject_failure)
+    job_id = create_job(store, loaded, backend=backend, backend_options=options or {},
+                        trainer_args=trainer_args, inject_failures=inject_failures)
     job = store.get_job(job_id)
     for note in json.loads(job["options_json"])["notes"][len(loaded.notes):]:  # the backend's own
         console.print(f"[yellow]note:[/yellow] {note}")
@@ -74,18 +122,31 @@ def run(
             typer.echo(json.dumps({"id": job_id, "supervisor_pid": pid}))
         else:
             typer.echo(job_id)
-        return
+        return 0
     console.print(f"[bold]job {job_id}[/bold] ({loaded.spec.name}): {counts}")
     console.print(f"  output: {job['output_dir']}\n  logs:   {job['job_dir']}")
     state = get_backend(backend).run(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
     _print_outcome(console, store, job_id, state)
-    raise typer.Exit(state.exit_code)
+    return state.exit_code
+
+
+def _remote_image(images: list[str], backend: str, injections: list[str]) -> Optional[str]:
+    """On a platform backend ``--image IMAGE`` is the pools' image (not an IMAGE=COMMAND mapping)."""
+    from multiworker.errors import UserError
+
+    if injections:
+        raise UserError(f"--inject-failure: the platform runs the replicas of a {backend} job, not multiworker; "
+                        "kill a pod or task there instead")
+    if len(images) > 1 or any("=" in i for i in images):
+        raise UserError(f"--image: with --backend {backend} give the one container image the pools run "
+                        "(--image gcr.io/p/trainer:v1), not IMAGE=COMMAND mappings")
+    return images[0] if images else None
 
 
 def _print_outcome(console: Console, store, job_id: str, state: str) -> None:
     job = store.get_job(job_id)
-    output = Path(job["output_dir"])
-    if state == "Succeeded":
+    if state == "Succeeded" and "://" not in (job["output_dir"] or ""):
+        output = Path(job["output_dir"])
         model = output / "model"
         if model.exists():
             console.print(f"  model:   {model}")

@@ -44,7 +44,9 @@ def schema(output: Optional[Path] = typer.Option(None, "-o", "--output", help="W
 
     text = json.dumps(JobSpec.model_json_schema(), indent=2)
     if output:
-        output.write_text(text + "\n")
+        from multiworker.outfile import write_output
+
+        write_output(output, text + "\n")
     else:
         typer.echo(text)
 

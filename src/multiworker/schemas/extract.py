@@ -6,6 +6,9 @@
   manifests/base/crds/kubeflow.org_tfjobs.yaml), pruned to the fields multiworker writes, without
   descriptions, with `additionalProperties: false` on every object (what `kubectl apply
   --validate=strict` enforces).
+- jobset.schema.json: the JobSet CRD's openAPIV3Schema (kubernetes-sigs/jobset v0.12.0,
+  config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml, staged in schemas/jobset/), pruned the
+  same way to the fields multiworker writes.
 - vertex_customjob.schema.json: GoogleCloudAiplatformV1CustomJob and the schemas it refers to, from
   the aiplatform v1 discovery document (revision 20260815), as JSON Schema: int64 fields (strings
   in proto JSON) also accept integers; unknown keys are rejected; required fields as the API
@@ -46,6 +49,41 @@ TFJOB_KEEP = {
                 },
             }
         },
+    },
+}
+_POD_TEMPLATE = {
+    "metadata": True,
+    "spec": {
+        "restartPolicy": True,
+        "containers": {"[]": {"name": True, "image": True, "command": True, "args": True, "env": True,
+                              "resources": True, "workingDir": True, "ports": True}},
+        "nodeSelector": True,
+        "terminationGracePeriodSeconds": True,
+    },
+}
+JOBSET_KEEP = {
+    "apiVersion": True,
+    "kind": True,
+    "metadata": True,
+    "spec": {
+        "network": True,
+        "failurePolicy": True,
+        "successPolicy": True,
+        "startupPolicy": True,
+        "suspend": True,
+        "ttlSecondsAfterFinished": True,
+        "replicatedJobs": {"[]": {
+            "name": True,
+            "replicas": True,
+            "template": {
+                "metadata": True,
+                "spec": {
+                    "parallelism": True, "completions": True, "completionMode": True, "backoffLimit": True,
+                    "activeDeadlineSeconds": True, "podFailurePolicy": True, "successPolicy": True,
+                    "template": _POD_TEMPLATE,
+                },
+            },
+        }},
     },
 }
 VERTEX_REQUIRED = {
@@ -89,15 +127,26 @@ def _prune(node: dict, keep) -> dict:
                                                                            "additionalProperties": False}
 
 
-def tfjob_schema(crd_path: Path) -> dict:
+def _crd_schema(crd_path: Path, version: str, keep: dict, api_version: str, kind: str, required: list[str],
+                title: str) -> dict:
     crd = yaml.safe_load(crd_path.read_text())
-    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
-    schema = _prune(version["schema"]["openAPIV3Schema"], TFJOB_KEEP)
-    schema["properties"]["apiVersion"]["const"] = "kubeflow.org/v1"
-    schema["properties"]["kind"]["const"] = "TFJob"
-    schema["required"] = ["apiVersion", "kind", "spec"]
-    return {"$schema": "http://json-schema.org/draft-07/schema#",
-            "title": "Kubeflow TFJob kubeflow.org/v1 (training-operator v1.9.0 CRD, pruned)", **schema}
+    served = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    schema = _prune(served["schema"]["openAPIV3Schema"], keep)
+    schema["properties"]["apiVersion"]["const"] = api_version
+    schema["properties"]["kind"]["const"] = kind
+    schema["required"] = required
+    return {"$schema": "http://json-schema.org/draft-07/schema#", "title": title, **schema}
+
+
+def tfjob_schema(crd_path: Path) -> dict:
+    return _crd_schema(crd_path, "v1", TFJOB_KEEP, "kubeflow.org/v1", "TFJob", ["apiVersion", "kind", "spec"],
+                       "Kubeflow TFJob kubeflow.org/v1 (training-operator v1.9.0 CRD, pruned)")
+
+
+def jobset_schema(crd_path: Path) -> dict:
+    return _crd_schema(crd_path, "v1alpha2", JOBSET_KEEP, "jobset.x-k8s.io/v1alpha2", "JobSet",
+                       ["apiVersion", "kind", "metadata", "spec"],
+                       "JobSet jobset.x-k8s.io/v1alpha2 (kubernetes-sigs/jobset v0.12.0 CRD, pruned)")
 
 
 def _vertex_node(node):
@@ -132,6 +181,8 @@ def vertex_schema(discovery_path: Path) -> dict:
 def main(source: str) -> None:
     src = Path(source)
     (HERE / "tfjob.schema.json").write_text(json.dumps(tfjob_schema(src / "kubeflow.org_tfjobs.yaml"), indent=1) + "\n")
+    (HERE / "jobset.schema.json").write_text(
+        json.dumps(jobset_schema(src / "jobset" / "jobset.x-k8s.io_jobsets.yaml"), indent=1) + "\n")
     (HERE / "vertex_customjob.schema.json").write_text(
         json.dumps(vertex_schema(src / "vertexai_v1_customjob_schemas.json"), indent=1) + "\n")
 

@@ -32,13 +32,19 @@ def parse_duration(value: str | int | float) -> float:
     if isinstance(value, bool):
         raise ValueError("a duration is a number of seconds or a string such as '30m'")
     if isinstance(value, (int, float)):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"duration {value} is not a finite number of seconds; write it like '90s' or '30m'")
         if value < 0:
             raise ValueError(f"duration {value} is negative")
         return float(value)
     text = str(value).strip().lower()
     try:
         seconds = float(text)
-    except ValueError:
+        if seconds != seconds or seconds in (float("inf"), float("-inf")):
+            raise ValueError(f"duration {value!r} is not a finite number of seconds; write it like '90s' or '30m'")
+    except ValueError as exc:
+        if "finite" in str(exc):
+            raise
         pos, seconds = 0, 0.0
         for match in _DURATION.finditer(text):
             if match.start() != pos or (match.start() > 0 and text[match.start() - 1].isdigit()):
@@ -111,7 +117,25 @@ class Program(_Strict):
     @classmethod
     def _stringify_env(cls, value):
         if isinstance(value, dict):
-            return {str(k): ("" if v is None else (str(v).lower() if isinstance(v, bool) else str(v))) for k, v in value.items()}
+            return {str(k): ("" if v is None else v if isinstance(v, (dict, list)) else
+                             (str(v).lower() if isinstance(v, bool) else str(v))) for k, v in value.items()}
+        return value
+
+    @field_validator("env")
+    @classmethod
+    def _valid_env(cls, value):
+        for name, val in (value or {}).items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"environment variable name {name!r} is not allowed: a name has no '=' and no NUL")
+            if "\0" in val:
+                raise ValueError(f"environment variable {name}: the value contains a NUL byte, which no process can receive")
+        return value
+
+    @field_validator("command", "args")
+    @classmethod
+    def _no_nul(cls, value):
+        if value and any("\0" in v for v in value):
+            raise ValueError("contains a NUL byte, which no process can receive")
         return value
 
     @model_validator(mode="after")
@@ -124,7 +148,7 @@ class Program(_Strict):
 class PoolSpec(Program):
     """One pool of identical replicas of a role; unset fields inherit the job's defaults."""
 
-    replicas: int = Field(1, description="Number of replicas in this pool (0 disables the pool).")
+    replicas: int = Field(1, strict=True, description="Number of replicas in this pool (0 disables the pool).")
 
     @field_validator("replicas")
     @classmethod
@@ -181,10 +205,16 @@ class JobSpec(_Strict):
     threads_per_replica: int | None = Field(
         None, ge=1, description="CPU threads per replica; default: cores divided among replicas."
     )
+    placement: Literal["spread", "strict_spread", "pack"] | None = Field(
+        None, description="Ray backend: how replicas spread over the cluster's nodes (a placement group "
+        "strategy): `spread` (default, a one-node cluster works), `strict_spread` (one replica per node), `pack`."
+    )
 
     _split_command = field_validator("command", mode="before")(Program._split_command.__func__)
     _stringify_args = field_validator("args", mode="before")(Program._stringify_args.__func__)
     _stringify_env = field_validator("env", mode="before")(Program._stringify_env.__func__)
+    _valid_env = field_validator("env")(Program._valid_env.__func__)
+    _no_nul = field_validator("command", "args")(Program._no_nul.__func__)
 
     @field_validator("name")
     @classmethod

@@ -113,11 +113,31 @@ def temp_sibling(path: str, tag: str) -> str:
     return f"{path}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
 
 
+_RENAME_EXCHANGE = 2  # linux/fs.h
+
+
+def _exchange(a: str, b: str) -> bool:
+    """Swap two paths in one atomic step (Linux renameat2 RENAME_EXCHANGE); False where unsupported."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, a.encode(), at_fdcwd, b.encode(), _RENAME_EXCHANGE) == 0:
+        return True
+    return False
+
+
 def publish_dir(tmp: str, target: str) -> None:
     """Move the finished directory ``tmp`` to ``target``, replacing what was there.
 
-    ``target`` is never half-written: it is the old tree until one rename makes it the new one
-    (if the old tree is not empty it is first renamed aside, then removed).
+    ``target`` is never missing nor half-written: it is the old tree until one atomic exchange
+    (renameat2) makes it the new one, and a reader polling it always finds a complete model. Where
+    the exchange is not supported, the old tree is renamed aside first (a brief window without it).
     """
     try:
         os.replace(tmp, target)  # works when target is absent or an empty directory
@@ -125,6 +145,9 @@ def publish_dir(tmp: str, target: str) -> None:
     except OSError:
         if not os.path.isdir(target):
             raise
+    if _exchange(tmp, target):  # tmp now holds the old tree
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     old = temp_sibling(target, "old")
     os.rename(target, old)
     try:

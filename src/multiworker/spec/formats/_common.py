@@ -17,6 +17,7 @@ from multiworker.errors import SpecError
 __all__ = [
     "CamelModel",
     "Str",
+    "Many",
     "Parsed",
     "KINDS",
     "LOSSY_KINDS",
@@ -54,6 +55,17 @@ def _scalar_to_str(value: Any) -> Any:
 
 # A string that also accepts YAML numbers and booleans (`- 5` in an args list).
 Str = Annotated[str, BeforeValidator(_scalar_to_str)]
+
+T = typing.TypeVar("T")
+
+
+def _one_to_list(value: Any) -> Any:
+    return value if value is None or isinstance(value, list) else [value]
+
+
+# A repeated field that also takes one item, as gcloud reads --config files (apitools' protojson wraps
+# a lone value of a repeated field in a list): `workerPoolSpecs: {machineSpec: ...}`, `args: --epochs=2`.
+Many = Annotated[list[T], BeforeValidator(_one_to_list)]
 
 
 class CamelModel(BaseModel):

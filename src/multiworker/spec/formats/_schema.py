@@ -12,6 +12,7 @@ __all__ = ["SCHEMAS", "check_schema", "load_schema"]
 
 SCHEMAS = {
     "tfjob": ("tfjob.schema.json", "the Kubeflow TFJob CRD"),
+    "jobset": ("jobset.schema.json", "the JobSet CRD"),
     "vertex": ("vertex_customjob.schema.json", "the Vertex AI CustomJob schema"),
 }
 

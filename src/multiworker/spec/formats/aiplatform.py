@@ -9,7 +9,7 @@ from typing import Any
 from pydantic.alias_generators import to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import CamelModel, Parsed, Str, finish, job_name, program_of, validate
+from multiworker.spec.formats._common import CamelModel, Many, Parsed, Str, finish, job_name, program_of, validate
 from multiworker.spec.model import parse_duration
 
 __all__ = ["parse", "TIERS", "JOB_DIR_FLAG"]
@@ -33,8 +33,8 @@ class DiskConfig(CamelModel):
 
 class ReplicaConfig(CamelModel):
     image_uri: str | None = None
-    container_command: list[Str] | None = None
-    container_args: list[Str] | None = None
+    container_command: Many[Str] | None = None
+    container_args: Many[Str] | None = None
     accelerator_config: AcceleratorConfig | None = None
     disk_config: DiskConfig | None = None
     tpu_tf_version: str | None = None
@@ -59,9 +59,9 @@ class TrainingInput(CamelModel):
     evaluator_type: str | None = None
     evaluator_config: ReplicaConfig | None = None
     evaluator_count: int = 0
-    package_uris: list[str] | None = None
+    package_uris: Many[str] | None = None
     python_module: str | None = None
-    args: list[Str] | None = None
+    args: Many[Str] | None = None
     job_dir: str | None = None
     use_chief_in_tf_config: bool | None = None
     region: str | None = None

@@ -15,8 +15,8 @@ from multiworker.spec.model import ROLES, JobSpec, Program
 __all__ = ["Target", "convert", "DEFAULT_MACHINE_TYPE"]
 
 DEFAULT_MACHINE_TYPE = "n1-standard-4"
-# Settings that only say how to run here (interpreter, directories, threads): noted, never an error.
-_LOCAL_ONLY = ("working_dir", "python", "threads_per_replica")
+# Settings that only say how to run here (interpreter, directories, threads, Ray placement): noted, never an error.
+_LOCAL_ONLY = ("working_dir", "python", "threads_per_replica", "placement")
 _LOCAL_ONLY_POLICY = ("backoff", "evaluator_timeout")
 
 
@@ -46,12 +46,11 @@ class Target:
         """What Vertex AI and AI Platform cannot hold of run_policy: errors, or notes for defaults."""
         policy = self.spec.run_policy
         if policy.restart_policy not in restart_policies:
-            message = (f"{platform} restarts replicas only after system failures (like ExitCode: a kill or "
-                       "preemption), never after an error in the program")
-            if self.explicit("restart_policy"):
-                self.lose("run_policy.restart_policy", f"is {policy.restart_policy}; {message}")
-            else:
-                self.notes.append(f"run_policy.restart_policy is the default {policy.restart_policy}; {message}")
+            # A note, not a loss: the platform's own retry rule applies, and a job that succeeds is the same.
+            which = "" if self.explicit("restart_policy") else "the default "
+            self.notes.append(f"run_policy.restart_policy is {which}{policy.restart_policy}; {platform} restarts "
+                              "replicas only after system failures (like ExitCode: a kill or preemption), never "
+                              "after an error in the program")
         if self.explicit("backoff_limit") and policy.backoff_limit != 3:
             self.lose("run_policy.backoff_limit", f"{platform} has no restart limit")
         if policy.success_policy != "chief":
@@ -77,19 +76,22 @@ class Target:
             return ["python", "-m", program.module]
         return list(program.command) if program.command else None
 
-    def roles(self, platform: str) -> list[tuple[str, int, str]]:
-        """(role, replicas, role whose program it runs) for a platform whose pool 0 is always a chief."""
+    def roles(self, platform: str, primary: str = "chief") -> list[tuple[str, int, str]]:
+        """(role, replicas, role whose program it runs) for a platform whose pool 0 is always a chief.
+
+        A job of workers only (the tutorials' MultiWorkerMirroredStrategy jobs) becomes pool 0 with
+        worker 0 plus a pool of the other workers, as the tutorials submit it: MultiWorkerMirroredStrategy
+        treats the chief as one more worker, so training is the same.
+        """
         counts = self.spec.replica_counts()
         if "chief" in counts:
             return [(r, n, r) for r, n in counts.items()]
         workers = counts.get("worker", 0)
-        self.lose(
-            "pools",
-            f"{platform} always has a chief (its first pool) and this job has none; set pools.chief.replicas: 1 "
-            f"and pools.worker.replicas: {workers - 1} (MultiWorkerMirroredStrategy treats the chief as worker 0)",
-            instead="make worker 0 the chief",
+        self.notes.append(
+            f"pools.worker: worker 0 becomes {platform}'s {primary} (its first pool) and {workers - 1} worker(s) "
+            "remain; TF_CONFIG then names it `chief` (the others worker 0..), which MultiWorkerMirroredStrategy "
+            "treats as one of the workers, so training is the same"
         )
-        self.notes.append(f"worker 0 becomes the chief on {platform}; {workers - 1} worker(s) remain")
         out = [("chief", 1, "worker")]
         if workers > 1:
             out.append(("worker", workers - 1, "worker"))
@@ -125,9 +127,10 @@ def convert(parsed: Parsed, to: str, *, source: str, image: str | None = None,
 
 
 def _writers():
-    from multiworker.spec.formats import to_aiplatform, to_tfjob, to_vertex
+    from multiworker.spec.formats import to_aiplatform, to_jobset, to_tfjob, to_vertex
 
-    return {"vertex": to_vertex.write, "aiplatform": to_aiplatform.write, "tfjob": to_tfjob.write}
+    return {"vertex": to_vertex.write, "aiplatform": to_aiplatform.write, "tfjob": to_tfjob.write,
+            "jobset": to_jobset.write}
 
 
 def _carry_over(target: Target, parsed: Parsed) -> None:

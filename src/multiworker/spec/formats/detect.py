@@ -9,7 +9,7 @@ from multiworker.errors import SpecError
 
 __all__ = ["FORMATS", "detect"]
 
-FORMATS = ("native", "vertex", "aiplatform", "tfjob")
+FORMATS = ("native", "vertex", "aiplatform", "tfjob", "jobset")
 
 _VERTEX_KEYS = {"workerPoolSpecs", "worker_pool_specs", "jobSpec", "job_spec"}
 _AIPLATFORM_KEYS = {
@@ -20,7 +20,7 @@ _NATIVE_KEYS = {"name", "pools", "module", "command", "run_policy"}
 
 
 def detect(data: Any, *, source: str | None = None) -> str:
-    """``native``, ``vertex``, ``aiplatform`` or ``tfjob``; any other mapping is read as native."""
+    """``native``, ``vertex``, ``aiplatform``, ``tfjob`` or ``jobset``; any other mapping is read as native."""
     if isinstance(data, list) and data and all(item is None or isinstance(item, dict) for item in data):
         return "vertex"  # the Python SDK's worker_pool_specs list
     if not isinstance(data, dict):
@@ -29,8 +29,10 @@ def detect(data: Any, *, source: str | None = None) -> str:
     if kind is not None or "apiVersion" in data:
         if kind == "TFJob":
             return "tfjob"
+        if kind == "JobSet":
+            return "jobset"
         raise SpecError(
-            f"kind {kind!r} is not supported; multiworker reads Kubeflow `kind: TFJob` manifests",
+            f"kind {kind!r} is not supported; multiworker reads Kubeflow `kind: TFJob` and `kind: JobSet` manifests",
             source=source,
             field="kind",
         )

@@ -11,6 +11,7 @@ import shlex
 from pathlib import Path
 
 from multiworker.errors import SpecError
+from multiworker.spec.load import read_text_capped
 
 __all__ = ["Dockerfile", "read_dockerfile"]
 
@@ -69,29 +70,40 @@ def read_dockerfile(path: str | Path) -> Dockerfile:
     context = path.resolve().parent
     df = Dockerfile(path=path, context=context)
     variables: dict[str, str] = {}
-    for lineno, instruction, rest in _instructions(path.read_text(encoding="utf-8")):
+    text = read_text_capped(path, what="a Dockerfile")
+    for lineno, instruction, rest in _instructions(text):
         where = f"line {lineno}"
-        if instruction == "FROM":
-            df = Dockerfile(path=path, context=context)
-            variables = {}
-        elif instruction in ("ARG", "ENV"):
-            for key, value in _assignments(rest):
-                variables[key] = value
-                if instruction == "ENV" and key not in df.env:
-                    df.env.append(key)
-        elif instruction == "WORKDIR":
-            df.workdir = posixpath.normpath(posixpath.join(df.workdir, _expand(rest.strip(), variables)))
-        elif instruction in ("COPY", "ADD"):
-            _copy(df, rest, variables, source=str(path), where=where)
-        elif instruction in ("ENTRYPOINT", "CMD"):
-            argv, shell = _command(rest, source=str(path), where=where)
-            if instruction == "ENTRYPOINT":
-                df.entrypoint, df.entrypoint_shell = argv, shell
-            else:
-                df.cmd = argv
+        try:
+            df, variables = _apply(df, variables, instruction, rest, path=path, context=context, where=where)
+        except ValueError as exc:  # shlex: an unterminated quote
+            raise SpecError(f"{instruction} cannot be read: {exc}; close the quote", source=str(path), field=where) from None
     if df.entrypoint is None and df.cmd is None:
         raise SpecError("has no ENTRYPOINT or CMD in its last stage; nothing to run", source=str(path))
     return df
+
+
+def _apply(df: Dockerfile, variables: dict[str, str], instruction: str, rest: str, *, path: Path, context: Path,
+           where: str) -> tuple[Dockerfile, dict[str, str]]:
+    """One instruction's effect on what the last stage runs."""
+    if instruction == "FROM":
+        df = Dockerfile(path=path, context=context)
+        variables = {}
+    elif instruction in ("ARG", "ENV"):
+        for key, value in _assignments(rest):
+            variables[key] = value
+            if instruction == "ENV" and key not in df.env:
+                df.env.append(key)
+    elif instruction == "WORKDIR":
+        df.workdir = posixpath.normpath(posixpath.join(df.workdir, _expand(rest.strip(), variables)))
+    elif instruction in ("COPY", "ADD"):
+        _copy(df, rest, variables, source=str(path), where=where)
+    elif instruction in ("ENTRYPOINT", "CMD"):
+        argv, shell = _command(rest, source=str(path), where=where)
+        if instruction == "ENTRYPOINT":
+            df.entrypoint, df.entrypoint_shell = argv, shell
+        else:
+            df.cmd = argv
+    return df, variables
 
 
 def _instructions(text: str):
@@ -152,6 +164,8 @@ def _copy(df: Dockerfile, rest: str, variables: dict[str, str], *, source: str, 
             raise SpecError(f"COPY is not valid JSON: {exc.msg}", source=source, field=where) from None
     else:
         parts = shlex.split(rest)
+    if not isinstance(parts, list) or not all(isinstance(p, str) for p in parts):
+        raise SpecError(f"{rest[:40]} is not a list of paths; write COPY [\"src\", \"dest\"]", source=source, field=where)
     flags = [p for p in parts if p.startswith("--")]
     parts = [_expand(p, variables) for p in parts if not p.startswith("--")]
     if any(f.startswith("--from") for f in flags) or len(parts) < 2:
@@ -162,6 +176,10 @@ def _copy(df: Dockerfile, rest: str, variables: dict[str, str], *, source: str, 
     for src in sources:
         if "://" in src:
             continue
+        inside = Path(os.path.normpath(df.context / src.lstrip("/")))
+        if src.startswith("/") or not inside.is_relative_to(df.context):
+            raise SpecError(f"COPY {src}: the source is outside the build context {df.context}; Docker cannot copy "
+                            "it either; copy it from inside the context", source=source, field=where)
         matches = sorted(df.context.glob(src)) if any(c in src for c in "*?[") else [df.context / src]
         for host in matches:
             host = Path(os.path.normpath(host))  # a symlinked dir stays in the context

@@ -242,6 +242,9 @@ def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths
         path = (cwd / local).resolve()
         if not path.exists():
             raise SpecError(f"package {path} does not exist; fix the path or --map-path", source=source, field=field)
+        if not path.is_dir() and not path.is_file():
+            raise SpecError(f"package {path} is neither a source directory nor an sdist or wheel file",
+                            source=source, field=field)
         roots.append(_package_root(path, home) if path.is_file() else path)
     top = module.split(".")[0]
     found = [(root, c) for root in roots for c in _candidates(root)
@@ -268,8 +271,48 @@ def _candidates(root: Path) -> list[Path]:
     return out
 
 
+# Bounds on a package archive, checked from its index before anything is written.
+MAX_PACKAGE_MEMBERS = 20_000
+MAX_UNPACKED_BYTES = 512 << 20
+
+
+def _archive_members(path: Path) -> list[tuple[str, int]]:
+    """(name, size) of every member of a wheel/zip or sdist, read from the index; one-line errors for a bad archive,
+    an unsafe member (absolute, ``..``, a link out, a device) or one that unpacks beyond the bounds above."""
+    source = str(path)
+    try:
+        if path.suffix in (".whl", ".zip") or zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as zf:
+                members = [(i.filename, i.file_size) for i in zf.infolist()]
+        elif tarfile.is_tarfile(path):
+            with tarfile.open(path) as tf:
+                members = []
+                for info in tf:
+                    try:
+                        tarfile.data_filter(info, "/nonexistent-root")
+                    except tarfile.FilterError as exc:
+                        raise SpecError(f"unsafe member {info.name!r} in the package ({exc}); rebuild it",
+                                        source=source) from None
+                    members.append((info.name, info.size))
+        else:
+            raise SpecError("is not a source dir, sdist (.tar.gz) or wheel (.whl)", source=source)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError, ValueError) as exc:
+        raise SpecError(f"is not a readable package archive ({exc}); rebuild it (python -m build)", source=source) from None
+    for name, _ in members:
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise SpecError(f"unsafe path {name!r} in the package; rebuild it", source=source)
+    if len(members) > MAX_PACKAGE_MEMBERS:
+        raise SpecError(f"has {len(members):,} files, more than {MAX_PACKAGE_MEMBERS:,}; is it the right file?", source=source)
+    total = sum(size for _, size in members)
+    if total > MAX_UNPACKED_BYTES:
+        raise SpecError(f"unpacks to {total >> 20:,} MiB, more than {MAX_UNPACKED_BYTES >> 20} MiB; "
+                        "ship the trainer code only, not data", source=source)
+    return members
+
+
 def _package_root(path: Path, home: Path) -> Path:
     """Unpack an sdist or wheel once into home/packages/<sha256>/ and return that directory."""
+    _archive_members(path)  # every check before a byte is written
     digest = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
     target = home / "packages" / f"{digest}-{path.name}"
     if target.is_dir():
@@ -279,19 +322,17 @@ def _package_root(path: Path, home: Path) -> Path:
     try:
         if path.suffix in (".whl", ".zip") or zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as zf:
-                for member in zf.namelist():
-                    if member.startswith("/") or ".." in Path(member).parts:
-                        raise SpecError(f"unsafe path {member!r} in the package", source=str(path))
                 zf.extractall(tmp)
-        elif tarfile.is_tarfile(path):
+        else:
             with tarfile.open(path) as tf:
                 tf.extractall(tmp, filter="data")
-        else:
-            raise SpecError("is not a source dir, sdist (.tar.gz) or wheel (.whl)", source=str(path))
         try:
             tmp.rename(target)
         except OSError:  # another job unpacked it first
             shutil.rmtree(tmp, ignore_errors=True)
+    except (zipfile.BadZipFile, tarfile.TarError, EOFError, OSError) as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SpecError(f"cannot unpack it ({exc}); rebuild the package", source=str(path)) from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

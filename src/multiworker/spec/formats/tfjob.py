@@ -121,20 +121,19 @@ class TFJob(CamelModel):
 
 def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     """Read a TFJob manifest into a native spec dict."""
-    if isinstance(data, dict) and isinstance(data.get("spec"), dict):
-        for key in _MOVED_TO_RUN_POLICY:
-            if key in data["spec"]:
-                raise SpecError(
-                    f"unknown key `{key}`; TFJob v1 reads it from spec.runPolicy.{key}: move it there",
-                    source=source,
-                    field=f"spec.{key}",
-                )
+    data, legacy = _legacy_run_policy(data, source=source)
     job = validate(TFJob, data, source=source)
     if job.api_version != "kubeflow.org/v1":
         raise SpecError(f"is {job.api_version!r}; multiworker reads kubeflow.org/v1 TFJobs", source=source, field="apiVersion")
     if job.kind != "TFJob":
         raise SpecError(f"is {job.kind!r}; multiworker reads kind: TFJob", source=source, field="kind")
     parsed = Parsed(format="tfjob", native={})
+    if legacy:
+        fields = ", ".join(f"spec.{k}" for k in legacy)
+        parsed.notes.append(
+            f"{fields}: run policy directly under spec, as the Kubeflow 1.0-era operator read it; taken as "
+            "spec.runPolicy (its place today, where `convert --to tfjob` writes it)"
+        )
     meta = job.metadata or {}
     for key in ("namespace", "labels", "annotations"):
         if meta.get(key):
@@ -163,8 +162,34 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
         out["output_dir"] = output
     if "Master" in specs:
         out["chief_task_type"] = "master"
+    for key in ("name", "generateName"):
+        if key in meta and not isinstance(meta[key], str):
+            raise SpecError(f"is {meta[key]!r}, not a name; quote it or write a DNS-1123 name such as my-job",
+                            source=source, field=f"metadata.{key}")
     name = meta.get("name") or (meta.get("generateName") or "").rstrip("-") or None
     return finish(parsed, job_name(name, path), pools, out)
+
+
+def _legacy_run_policy(data: Any, *, source: str) -> tuple[Any, list[str]]:
+    """Run policy written directly under ``spec`` (TFJob operator 1.0): moved under spec.runPolicy."""
+    if not isinstance(data, dict) or not isinstance(data.get("spec"), dict):
+        return data, []
+    legacy = [key for key in data["spec"] if key in _MOVED_TO_RUN_POLICY]
+    if not legacy:
+        return data, []
+    spec = dict(data["spec"])
+    run_policy = spec.get("runPolicy")
+    run_policy = dict(run_policy) if isinstance(run_policy, dict) else {}
+    for key in legacy:
+        if key in run_policy:
+            raise SpecError(
+                f"is also set in spec.runPolicy.{key}; keep only spec.runPolicy.{key} (the current place)",
+                source=source,
+                field=f"spec.{key}",
+            )
+        run_policy[key] = spec.pop(key)
+    spec["runPolicy"] = run_policy
+    return {**data, "spec": spec}, legacy
 
 
 def _output_dir(pools: dict[str, dict]) -> str | None:
@@ -258,7 +283,7 @@ def _pool(parsed: Parsed, role: str, spec: ReplicaSpec, *, source: str, where: s
     if container.working_dir:
         parsed.workdirs[role] = (container.working_dir, f"{cfield}.workingDir")
         parsed.drop("container", f"{cfield}.workingDir")
-    machine = _machine(parsed, pod, container, pod_field=pod_field, cfield=cfield)
+    machine = _machine(parsed, pod, container, pod_field=pod_field, cfield=cfield, source=source)
     if machine:
         out["machine"] = machine
     return out
@@ -274,7 +299,8 @@ def _check_extras(parsed: Parsed, obj: _Open, kinds: dict[str, tuple[str, ...]],
             parsed.drop(known[key], f"{field}.{key}")
 
 
-def _machine(parsed: Parsed, pod: PodSpec, container: Container, *, pod_field: str, cfield: str) -> dict:
+def _machine(parsed: Parsed, pod: PodSpec, container: Container, *, pod_field: str, cfield: str,
+             source: str) -> dict:
     machine: dict[str, Any] = {}
     for label, value in (pod.node_selector or {}).items():
         if label in INSTANCE_TYPE_LABELS:
@@ -289,7 +315,10 @@ def _machine(parsed: Parsed, pod: PodSpec, container: Container, *, pod_field: s
     if resources:
         chosen = resources.limits or resources.requests or {}
         for name, value in chosen.items():
-            if name == GPU_RESOURCE and value.isdigit():
+            if name == GPU_RESOURCE:
+                if not (isinstance(value, str) and value.isascii() and value.isdigit()) and not isinstance(value, int):
+                    raise SpecError(f"{value!r} is not a whole number of GPUs; write it like \"1\"", source=source,
+                                    field=f"{cfield}.resources.limits.{GPU_RESOURCE}")
                 machine["accelerator_count"] = int(value)
             elif name in ("cpu", "memory"):
                 machine[name] = value

@@ -17,7 +17,7 @@ _MACHINE = ("machine_type", "accelerator_type", "accelerator_count", "boot_disk_
 
 def write(t: Target) -> dict:
     spec = t.spec
-    roles = t.roles(PLATFORM)
+    roles = t.roles(PLATFORM, "master")
     job_dir = _job_dir(t, [r for _, _, r in roles])
     programs = {}
     for role, replicas, program_role in roles:

@@ -8,7 +8,7 @@ from typing import Any
 from multiworker.spec.formats.convert import Target, cloud_path, env_list, safe_name, seconds
 from multiworker.spec.formats.tfjob import ACCELERATOR_LABEL, CONTAINER, GPU_RESOURCE, INSTANCE_TYPE_LABEL
 
-__all__ = ["write", "AIP_DIRS"]
+__all__ = ["write", "pod", "AIP_DIRS", "CONTAINER"]
 
 PLATFORM = "Kubeflow TFJob"
 REPLICA_TYPE = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
@@ -27,7 +27,7 @@ def write(t: Target) -> dict:
         replica_specs[rtype] = {
             "replicas": replicas,
             "restartPolicy": policy.restart_policy,
-            "template": {"spec": _pod(t, role, output)},
+            "template": {"spec": pod(t, role, output)},
         }
     run_policy: dict[str, Any] = {"backoffLimit": policy.backoff_limit}
     if policy.active_deadline is not None:
@@ -40,7 +40,8 @@ def write(t: Target) -> dict:
     return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name}, "spec": body}
 
 
-def _pod(t: Target, role: str, output: str | None) -> dict:
+def pod(t: Target, role: str, output: str | None, platform: str = PLATFORM) -> dict:
+    """The pod spec of one pool: its `tensorflow` container, AIP_* dirs under the output, machine settings."""
     program = t.program(role)
     container: dict[str, Any] = {"name": CONTAINER, "image": program.image}
     command = t.command(program)
@@ -52,23 +53,23 @@ def _pod(t: Target, role: str, output: str | None) -> dict:
     env.update(program.env or {})
     if env:
         container["env"] = env_list(env)
-    machine = t.machine_keys(role, program.machine, _MACHINE, PLATFORM)
+    machine = t.machine_keys(role, program.machine, _MACHINE, platform)
     limits = {k: str(machine[k]) for k in ("cpu", "memory") if k in machine}
     if "accelerator_count" in machine:
         limits[GPU_RESOURCE] = str(machine["accelerator_count"])
     if limits:
         container["resources"] = {"limits": limits}
-    pod: dict[str, Any] = {"containers": [container]}
+    out: dict[str, Any] = {"containers": [container]}
     selector = {}
     if "machine_type" in machine:
         selector[INSTANCE_TYPE_LABEL] = str(machine["machine_type"])
     if "accelerator_type" in machine:
         selector[ACCELERATOR_LABEL] = str(machine["accelerator_type"]).lower().replace("_", "-")
     if selector:
-        pod["nodeSelector"] = selector
+        out["nodeSelector"] = selector
     if t.explicit("grace_period"):
-        pod["terminationGracePeriodSeconds"] = seconds(t.spec.run_policy.grace_period)
-    return pod
+        out["terminationGracePeriodSeconds"] = seconds(t.spec.run_policy.grace_period)
+    return out
 
 
 def _dns_label(name: str) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic.alias_generators import to_camel, to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import CamelModel, Parsed, Str, finish, job_name, program_of, validate
+from multiworker.spec.formats._common import CamelModel, Many, Parsed, Str, finish, job_name, program_of, validate
 from multiworker.spec.model import parse_duration
 
 __all__ = ["parse", "POOL_ROLES"]
@@ -24,17 +24,17 @@ class EnvVar(CamelModel):
 
 class ContainerSpec(CamelModel):
     image_uri: str
-    command: list[Str] | None = None
-    args: list[Str] | None = None
-    env: list[EnvVar] | None = None
+    command: Many[Str] | None = None
+    args: Many[Str] | None = None
+    env: Many[EnvVar] | None = None
 
 
 class PythonPackageSpec(CamelModel):
     executor_image_uri: str
-    package_uris: list[str]
+    package_uris: Many[str]
     python_module: str
-    args: list[Str] | None = None
-    env: list[EnvVar] | None = None
+    args: Many[Str] | None = None
+    env: Many[EnvVar] | None = None
 
 
 class MachineSpec(CamelModel):
@@ -57,8 +57,8 @@ class WorkerPoolSpec(CamelModel):
     machine_spec: MachineSpec | None = None
     disk_spec: DiskSpec | None = None
     replica_count: int | None = None
-    nfs_mounts: list[dict] | None = None
-    lustre_mounts: list[dict] | None = None
+    nfs_mounts: Many[dict] | None = None
+    lustre_mounts: Many[dict] | None = None
 
 
 class GcsDestination(CamelModel):
@@ -74,12 +74,12 @@ class Scheduling(CamelModel):
 
 
 class CustomJobSpec(CamelModel):
-    worker_pool_specs: list[WorkerPoolSpec | None]
+    worker_pool_specs: Many[WorkerPoolSpec | None]
     base_output_directory: GcsDestination | None = None
     scheduling: Scheduling | None = None
     service_account: str | None = None
     network: str | None = None
-    reserved_ip_ranges: list[str] | None = None
+    reserved_ip_ranges: Many[str] | None = None
     psc_interface_config: dict | None = None
     protected_artifact_location_id: str | None = None
     persistent_resource_id: str | None = None
@@ -88,7 +88,7 @@ class CustomJobSpec(CamelModel):
     enable_dashboard_access: bool | None = None
     experiment: str | None = None
     experiment_run: str | None = None
-    models: list[str] | None = None
+    models: Many[str] | None = None
 
 
 class CustomJob(CamelModel):
@@ -113,7 +113,7 @@ class SdkJob(CamelModel):
     """``aiplatform.CustomJob(display_name=..., worker_pool_specs=..., base_output_dir=...)`` arguments."""
 
     display_name: str | None = None
-    worker_pool_specs: list[WorkerPoolSpec | None]
+    worker_pool_specs: Many[WorkerPoolSpec | None]
     base_output_dir: str | None = None
 
 

@@ -1,0 +1,48 @@
+"""``multiworker serve``: a job's exported model (or any SavedModel) over TF Serving's REST API."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+__all__ = ["register"]
+
+
+def serve(
+    target: str = typer.Argument("last", metavar="JOB|SAVEDMODEL_DIR",
+                                 help="Job id, unique prefix or `last` (serves <output>/model), or a SavedModel directory."),
+    port: int = typer.Option(8501, "--port", "-p", min=1, max=65535, help="Port (TF Serving's REST default)."),
+    host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on; 0.0.0.0 exposes it to the network."),
+    name: Optional[str] = typer.Option(None, "--name", help="Model name in URLs (default: the job's name or the directory's)."),
+    max_batch_size: int = typer.Option(32, "--max-batch-size", min=1, help="Most rows merged into one model call."),
+    batch_timeout: str = typer.Option("5ms", "--batch-timeout", help="Longest a batch waits to fill (5ms, 500us, 0.01s)."),
+    max_queue: int = typer.Option(1000, "--max-queue", min=1, help="Requests waiting at most; more get 503."),
+    no_batching: bool = typer.Option(False, "--no-batching", help="Run each request on its own."),
+    as_json: bool = typer.Option(False, "--json", help="Print the URL and model as JSON once it serves."),
+) -> None:
+    """Serve a trained model: TF Serving's REST API (:predict, :classify, :regress, metadata) and Vertex AI's
+    prediction shape, with server-side batching and metrics at /monitoring/metrics. Ctrl-C stops it."""
+    from multiworker.serve import BatchOptions
+    from multiworker.serve.server import parse_duration_ms
+    from multiworker.serve.server import serve as run_server
+
+    options = BatchOptions(enabled=not no_batching, max_batch_size=max_batch_size,
+                           timeout=parse_duration_ms(batch_timeout), max_queue=max_queue)
+
+    def ready(url: str, servable) -> None:
+        if as_json:
+            typer.echo(json.dumps({"url": url, "model_path": servable.path, "version": servable.version,
+                                   "signatures": sorted(servable.signatures)}))
+        else:
+            typer.echo(f"Serving {servable.path} (version {servable.version}) at {url}  (Ctrl-C to stop)")
+            typer.echo(f"  curl -d '{{\"instances\": [...]}}' {url}:predict")
+        sys.stdout.flush()
+
+    raise typer.Exit(run_server(target, host=host, port=port, name=name, options=options, on_ready=ready))
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(serve)

@@ -1,0 +1,230 @@
+"""The Vertex AI backend against a fake of Google's APIs over real HTTP (tests/fakes/vertex_api.py),
+driven through the real CLI in subprocesses and the real clients (aiplatform REST transport,
+google-cloud-storage), with the anonymous credentials the backend gives a plain-http emulator."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fakes.vertex_api import FakeGoogle, canonical
+from multiworker.spec.formats._schema import check_schema
+from multiworker.store import Store
+
+CONSOLE = "https://console.cloud.google.com/vertex-ai/locations/us-central1/training/{}?project=proj"
+EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
+VERTEX = ["--backend", "vertex", "--project", "proj", "--region", "us-central1"]
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    with FakeGoogle() as server:
+        # google-auth must never reach for Google: no ADC file, no metadata server but loopback's port 9
+        server.env_vars = {**server.env(), "GOOGLE_APPLICATION_CREDENTIALS": "", "HOME": str(tmp_path),
+                           "CLOUDSDK_CONFIG": str(tmp_path / "gcloud"), "MULTIWORKER_VERTEX_POLL_SECONDS": "0.1",
+                           "NO_GCE_CHECK": "true", "GCE_METADATA_HOST": "127.0.0.1:9", "GCE_METADATA_IP": "127.0.0.1:9"}
+        yield server
+
+
+def mw(*args, home: Path, fake: FakeGoogle, env: dict | None = None, timeout: float = 120):
+    full = {**os.environ, "MULTIWORKER_HOME": str(home), **fake.env_vars, **(env or {})}
+    return subprocess.run([sys.executable, "-m", "multiworker", *map(str, args)], capture_output=True, text=True,
+                          env=full, timeout=timeout)
+
+
+def container_spec(tmp_path: Path, extra: str = "") -> Path:
+    path = tmp_path / "job.yaml"
+    path.write_text(textwrap.dedent("""\
+        name: census
+        module: trainer.task
+        args: [--epochs, "2"]
+        output_dir: gs://bucket/census
+        pools:
+          chief:
+            replicas: 1
+            machine: {machine_type: n1-standard-8, accelerator_type: NVIDIA_TESLA_T4, accelerator_count: 1}
+          worker: {replicas: 2, machine: {machine_type: n1-standard-8}}
+          ps: {replicas: 1, machine: {machine_type: n1-highmem-4}}
+          evaluator: {replicas: 1, machine: {machine_type: n1-standard-4, boot_disk_size_gb: 200}}
+        run_policy: {restart_policy: ExitCode, active_deadline: 2h}
+        """) + extra)
+    return path
+
+
+def package_spec(tmp_path: Path) -> Path:
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    (tmp_path / "trainer" / "task.py").write_text("from multiworker import trainer\nprint('training')\n")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "big.bin").write_bytes(b"x" * 1000)
+    path = tmp_path / "job.yaml"
+    path.write_text("name: mnist\nmodule: trainer.task\nworking_dir: .\npools:\n  worker: {replicas: 3}\n")
+    return path
+
+
+def test_container_job_body_console_link_and_success(tmp_path, mw_home, fake):
+    """chief + 2 workers + ps + evaluator from --image: the exact CustomJob Vertex receives."""
+    fake.task_output = {"workerpool0-0": ["chief: epoch 1/2", "chief: done"], "workerpool1-1": ["worker-1 up"],
+                        "workerpool3-0": ["evaluator: loss 0.5"]}
+    image = "us-docker.pkg.dev/p/r/trainer:v1"
+    proc = mw("run", container_spec(tmp_path), *VERTEX, "--image", image, home=mw_home, fake=fake)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    machine = {"machineType": "n1-standard-8"}
+    container = {"imageUri": image, "command": ["python", "-m", "trainer.task"], "args": ["--epochs", "2"]}
+    assert canonical(fake.created[0]) == {
+        "displayName": "census",
+        "labels": {"multiworker-job": Store(mw_home).list_jobs()[0]["id"]},
+        "jobSpec": {
+            "workerPoolSpecs": [
+                {"machineSpec": {**machine, "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1},
+                 "replicaCount": 1, "containerSpec": container},
+                {"machineSpec": machine, "replicaCount": 2, "containerSpec": container},
+                {"machineSpec": {"machineType": "n1-highmem-4"}, "replicaCount": 1, "containerSpec": container},
+                {"machineSpec": {"machineType": "n1-standard-4"}, "replicaCount": 1, "containerSpec": container,
+                 "diskSpec": {"bootDiskSizeGb": 200}},
+            ],
+            "baseOutputDirectory": {"outputUriPrefix": "gs://bucket/census"},
+            "scheduling": {"timeout": "7200s", "restartJobOnWorkerRestart": True},
+        },
+    }
+    check_schema(fake.created[0], "vertex", source="received")
+    assert not any(fake.buckets.values()), "a container job uploads nothing"
+    store = Store(mw_home)
+    job = store.list_jobs()[0]
+    number = json.loads(job["handle_json"])["resource_name"].rsplit("/", 1)[-1]
+    assert CONSOLE.format(number) in proc.stdout
+    assert job["state"] == "Succeeded" and job["output_dir"] == "gs://bucket/census"
+    assert {f"{r['role']}-{r['idx']}": r["state"] for r in store.replicas(job["id"])} == {
+        "chief-0": "Succeeded", "worker-0": "Succeeded", "worker-1": "Succeeded", "ps-0": "Succeeded",
+        "evaluator-0": "Succeeded"}
+    logs = mw("logs", job["id"], home=mw_home, fake=fake)
+    assert "[chief-0] chief: epoch 1/2" in logs.stdout and "[chief-0] chief: done" in logs.stdout
+    assert "[worker-1] worker-1 up" in logs.stdout and "[evaluator-0] evaluator: loss 0.5" in logs.stdout
+    assert "Waiting for job to be provisioned." in (Path(job["job_dir"]) / "supervisor.log").read_text()
+
+
+def test_package_job_uploads_sdists_and_runs_them(tmp_path, mw_home, fake):
+    """A module job without a container: its working directory (no pyproject: one is generated) and
+    multiworker's replica runtime (the trainer imports it) arrive in the bucket as sdists."""
+    fake.task_output = {"workerpool0-0": ["training on worker 0"], "workerpool1-1": ["training on worker 2"]}
+    proc = mw("run", package_spec(tmp_path), *VERTEX, "--staging-bucket", "gs://bucket", home=mw_home, fake=fake)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "worker 0 becomes the chief" in proc.stdout and "newest prebuilt Vertex AI training image has 2.17" in proc.stdout
+    job = Store(mw_home).list_jobs()[0]
+    objects = sorted(fake.buckets["bucket"])
+    prefix = f"multiworker/{job['id']}/packages/"
+    assert objects == [f"{prefix}mnist-trainer-0.0.0.tar.gz", f"{prefix}multiworker-0.1.0.tar.gz"]
+    with tarfile.open(fileobj=io.BytesIO(fake.buckets["bucket"][objects[0]])) as tar:
+        names = tar.getnames()
+    assert "mnist-trainer-0.0.0/trainer/task.py" in names and not any("big.bin" in n for n in names)
+    with tarfile.open(fileobj=io.BytesIO(fake.buckets["bucket"][objects[1]])) as tar:
+        assert "multiworker-0.1.0/multiworker/trainer/__init__.py" in tar.getnames()
+    uris = [f"gs://bucket/{o}" for o in objects]
+    package = {"executorImageUri": EXECUTOR, "packageUris": uris, "pythonModule": "trainer.task"}
+    machine = {"machineType": "n1-standard-4"}
+    assert canonical(fake.created[0])["jobSpec"] == {
+        "workerPoolSpecs": [{"machineSpec": machine, "replicaCount": 1, "pythonPackageSpec": package},
+                            {"machineSpec": machine, "replicaCount": 2, "pythonPackageSpec": package}],
+        "baseOutputDirectory": {"outputUriPrefix": f"gs://bucket/multiworker/{job['id']}/output"},
+        "scheduling": {"restartJobOnWorkerRestart": True},
+    }
+    check_schema(fake.created[0], "vertex", source="received")
+    logs = mw("logs", job["id"], home=mw_home, fake=fake)
+    # without a chief, pool 0 is worker 0 and pool 1 holds workers 1 and 2
+    assert "[worker-0] training on worker 0" in logs.stdout and "[worker-2] training on worker 2" in logs.stdout
+
+
+def test_failed_job_surfaces_the_error(tmp_path, mw_home, fake):
+    fake.script = ["JOB_STATE_RUNNING", "JOB_STATE_FAILED"]
+    proc = mw("run", container_spec(tmp_path), *VERTEX, "--image", "img:1", home=mw_home, fake=fake)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    job = Store(mw_home).list_jobs()[0]
+    assert job["state"] == "Failed" and job["message"] == fake.failure_message
+    assert fake.failure_message in proc.stdout
+    status = json.loads(mw("status", job["id"], "--json", home=mw_home, fake=fake).stdout)
+    assert status["state"] == "Failed"
+
+
+def test_detached_job_follows_and_cancels(tmp_path, mw_home, fake):
+    fake.script = ["JOB_STATE_RUNNING"]  # then it runs until cancelled
+    fake.task_output = {"workerpool0-0": ["step 1"]}
+    proc = mw("run", container_spec(tmp_path), *VERTEX, "--image", "img:1", "--detach", home=mw_home, fake=fake)
+    assert proc.returncode == 0, proc.stderr
+    job_id = proc.stdout.strip()
+    store = Store(mw_home)
+    deadline = time.monotonic() + 60
+    while not (store.get_job(job_id)["state"] == "Running" and
+               any(r["state"] == "Running" for r in store.replicas(job_id))):
+        assert time.monotonic() < deadline, store.events(job_id)
+        time.sleep(0.1)
+    assert {r["role"]: r["state"] for r in store.replicas(job_id)}["chief"] == "Running"
+    assert {r["role"]: r["state"] for r in store.replicas(job_id)}["ps"] == "Pending"  # no logs from it yet
+    pid = store.get_job(job_id)["supervisor_pid"]
+    cancel = mw("cancel", job_id, home=mw_home, fake=fake)
+    assert cancel.returncode == 0, cancel.stdout + cancel.stderr
+    name = json.loads(store.get_job(job_id)["handle_json"])["resource_name"]
+    assert fake.cancels == [name] or fake.cancels[0] == name
+    assert store.get_job(job_id)["state"] == "Cancelled"
+    deadline = time.monotonic() + 30
+    while _alive(pid):  # the detached driver sees CANCELLED and exits
+        assert time.monotonic() < deadline, "the detached driver outlived its cancelled job"
+        time.sleep(0.1)
+    assert "[chief-0] step 1" in mw("logs", job_id, home=mw_home, fake=fake).stdout
+
+
+def _alive(pid: int) -> bool:
+    try:
+        waited, _ = os.waitpid(pid, os.WNOHANG)
+        if waited:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+
+
+@pytest.mark.parametrize(
+    "case, expect",
+    [
+        ("no-credentials", "no Google Cloud credentials found; run `gcloud auth application-default login`"),
+        ("unknown-project", "--project nope: creating the CustomJob was refused"),
+        ("missing-bucket", "--staging-bucket gs://missing: the bucket does not exist; create it with"),
+        ("quota", "quota exceeded"),
+        ("local-output", "output_dir: ./out is a local path; Vertex AI needs gs://BUCKET/PATH"),
+    ],
+    ids=lambda v: v if v in ("no-credentials", "unknown-project", "missing-bucket", "quota", "local-output") else "",
+)
+def test_setup_errors_are_one_line_and_leave_nothing_behind(tmp_path, mw_home, fake, case, expect):
+    args = ["run", package_spec(tmp_path), "--backend", "vertex", "--project", "proj", "--staging-bucket", "gs://bucket"]
+    env = {}
+    if case == "no-credentials":  # no emulator: the user's ADC are looked for, and there are none
+        env = {"MULTIWORKER_VERTEX_ENDPOINT": "", "MULTIWORKER_GCS_ENDPOINT": "", "MULTIWORKER_LOGGING_ENDPOINT": ""}
+    elif case == "unknown-project":  # refused at creation: a container job, nothing to upload
+        args = ["run", container_spec(tmp_path), "--backend", "vertex", "--project", "nope", "--image", "img:1"]
+    elif case == "missing-bucket":
+        args[-1] = "gs://missing"
+    elif case == "quota":
+        fake.create_error = (429, "RESOURCE_EXHAUSTED", "Quota exceeded for aiplatform.googleapis.com/custom_model_training_cpus")
+    elif case == "local-output":
+        (tmp_path / "job.yaml").write_text((tmp_path / "job.yaml").read_text() + "output_dir: ./out\n")
+    proc = mw(*args, home=mw_home, fake=fake, env=env)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert fake.created == [] and not fake.buckets["bucket"]
+    if case == "quota":  # the packages were uploaded, then deleted, and the error says so
+        assert "(deleted the uploaded gs://bucket/multiworker/" in lines[0]
+        assert any(method == "DELETE" for method, _ in fake.requests)

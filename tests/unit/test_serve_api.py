@@ -1,0 +1,180 @@
+"""The serving API over a fake model (numpy, no TensorFlow): formats, errors, Vertex shape, batching."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import threading
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from multiworker.serve import BadRequest, BatchOptions, SignatureInfo, TensorInfo, Unavailable, create_app
+from multiworker.serve.batching import Batcher
+
+
+class FakeModel:
+    """Two signatures: serving_default(a: float[?,2], s: string[?]) -> sum, echo_bytes; one(x: float[?,1]) -> y."""
+
+    version = 3
+    path = "/fake"
+    load_seconds = 0.1
+
+    def __init__(self, gate: threading.Event | None = None):
+        self.calls: list[tuple[str, int]] = []
+        self.gate = gate
+        self.signatures = {
+            "serving_default": SignatureInfo(
+                "serving_default",
+                inputs={"a": TensorInfo("DT_FLOAT", (-1, 2)), "s": TensorInfo("DT_STRING", (-1,))},
+                outputs={"sum": TensorInfo("DT_FLOAT", (-1,)), "echo_bytes": TensorInfo("DT_STRING", (-1,))}),
+            "one": SignatureInfo("one", inputs={"x": TensorInfo("DT_FLOAT", (-1, 1))},
+                                 outputs={"y": TensorInfo("DT_FLOAT", (-1, 1))}),
+        }
+
+    def run(self, signature, inputs):
+        if self.gate:
+            self.gate.wait(10)
+        if signature == "one":
+            if np.any(inputs["x"] < 0):
+                raise BadRequest("negative input")
+            self.calls.append((signature, len(inputs["x"])))
+            return {"y": inputs["x"] * 2}
+        self.calls.append((signature, len(inputs["a"])))
+        return {"sum": inputs["a"].sum(axis=1), "echo_bytes": inputs["s"]}
+
+
+@pytest.fixture
+def client():
+    with TestClient(create_app(FakeModel(), name="m")) as c:
+        yield c
+
+
+def test_row_and_columnar_formats_with_b64_and_named_outputs(client):
+    raw = b"\xff\x00bin"
+    rows = client.post("/v1/models/m:predict", json={"instances": [
+        {"a": [1, 2], "s": "hi"}, {"a": [3, 4.5], "s": {"b64": base64.b64encode(raw).decode()}}]})
+    assert rows.status_code == 200, rows.text
+    assert rows.json() == {"predictions": [
+        {"sum": 3.0, "echo_bytes": {"b64": base64.b64encode(b"hi").decode()}},
+        {"sum": 7.5, "echo_bytes": {"b64": base64.b64encode(raw).decode()}}]}
+    cols = client.post("/v1/models/m/versions/3:predict", json={"inputs": {"a": [[1, 2], [3, 4.5]], "s": ["x", "y"]}})
+    assert cols.json() == {"outputs": {"sum": [3.0, 7.5], "echo_bytes": [{"b64": "eA=="}, {"b64": "eQ=="}]}}
+
+
+@pytest.mark.parametrize("body", [
+    {"signature_name": "one", "instances": [[1.0], [2.0]]},
+    {"signature_name": "one", "instances": [1.0, 2.0]},          # a scalar for an Input(shape=(1,))
+    {"signature_name": "one", "instances": [{"x": [1.0]}, {"x": [2.0]}]},
+], ids=["lists", "scalars", "named"])
+def test_single_input_rows(client, body):
+    response = client.post("/v1/models/m:predict", json=body)
+    assert response.json() == {"predictions": [[2.0], [4.0]]}
+    assert client.post("/v1/models/m:predict", json={"signature_name": "one", "inputs": [[1.5]]}).json() == {
+        "outputs": [[3.0]]}
+
+
+@pytest.mark.parametrize("method,path,body,status,words", [
+    ("POST", "/v1/models/m:predict", b"{not json", 400, "not valid JSON"),
+    ("POST", "/v1/models/m:predict", {"instances": [], "inputs": {}}, 400, "exactly one"),
+    ("POST", "/v1/models/m:predict", {"instances": [{"a": [1, 2]}]}, 400, "missing input(s) ['s']"),
+    ("POST", "/v1/models/m:predict", {"instances": [{"a": [1, 2, 3], "s": "x"}]}, 400, "does not match"),
+    ("POST", "/v1/models/m:predict", {"instances": [{"a": ["x", 2], "s": "x"}]}, 400, "expected numbers"),
+    ("POST", "/v1/models/m:predict", {"signature_name": "one", "instances": [[-1.0]]}, 400, "negative input"),
+    ("POST", "/v1/models/m:predict", {"signature_name": "nope", "instances": [1]}, 404, "not found in signature def"),
+    ("POST", "/v1/models/other:predict", {"instances": [1]}, 404, "Servable not found"),
+    ("GET", "/v1/models/other", None, 404, "Servable not found"),
+    ("GET", "/v1/models/m/versions/2", None, 404, "Specific(m, 2)"),
+    ("POST", "/v1/models/m:explain", {}, 404, "Malformed request"),
+    ("GET", "/v2/nothing", None, 404, "Malformed request"),
+], ids=["json", "both", "missing", "shape", "text", "model-error", "signature", "model", "status", "version",
+        "verb", "path"])
+def test_errors_have_tf_serving_shape(client, method, path, body, status, words):
+    kwargs = {"content": body} if isinstance(body, bytes) else ({"json": body} if body is not None else {})
+    response = client.request(method, path, **kwargs)
+    assert response.status_code == status
+    assert set(response.json()) == {"error"} and words in response.json()["error"]
+
+
+def test_status_metadata_and_vertex_shapes(client):
+    assert client.get("/v1/models/m").json()["model_version_status"][0] == {
+        "version": "3", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+    meta = client.get("/v1/models/m/metadata").json()
+    assert meta["model_spec"] == {"name": "m", "signature_name": "", "version": "3"}
+    sigs = meta["metadata"]["signature_def"]["signature_def"]
+    assert set(sigs) == {"serving_default", "one"} and sigs["one"]["method_name"] == "tensorflow/serving/predict"
+    assert sigs["one"]["inputs"]["x"]["tensor_shape"]["dim"] == [{"size": "-1", "name": ""}, {"size": "1", "name": ""}]
+    body = {"instances": [{"a": [1, 1], "s": "q"}], "parameters": {"k": 1}}
+    public = client.post("/v1/projects/p/locations/us-central1/endpoints/123:predict", json=body).json()
+    assert public["predictions"][0]["sum"] == 2.0 and public["deployedModelId"] == "m"
+    assert public["model"] == "projects/p/locations/us-central1/models/m" and public["modelVersionId"] == "3"
+    container = client.post("/v1/endpoints/123/deployedModels/456:predict", json=body).json()
+    assert container["deployedModelId"] == "456" and container["predictions"] == public["predictions"]
+    assert client.get("/v1/endpoints/123/deployedModels/456").status_code == 200
+    bad = client.post("/v1/projects/p/locations/l/endpoints/1:predict", json={"instances": [{"a": [1]}]})
+    assert bad.status_code == 400 and bad.json()["error"]["status"] == "INVALID_ARGUMENT"
+    metrics = client.get("/monitoring/metrics").json()
+    assert metrics["requests"]["total"] >= 5 and metrics["requests"]["errors"] == 1
+    assert "multiworker_serve_requests_total" in client.get("/monitoring/prometheus/metrics").text
+
+
+def test_full_queue_gets_503():
+    gate = threading.Event()
+    model = FakeModel(gate)
+    app = create_app(model, name="m", options=BatchOptions(max_batch_size=1, max_queue=1))
+    body = {"signature_name": "one", "instances": [[1.0]]}
+    with TestClient(app) as client:
+        results: list = []
+        threads = [threading.Thread(target=lambda: results.append(client.post("/v1/models/m:predict", json=body)))
+                   for _ in range(4)]
+        for t in threads:
+            t.start()
+        for _ in range(200):  # one call runs (blocked), one waits in the queue, the others are refused
+            if sum(r.status_code == 503 for r in results) >= 2:
+                break
+            threading.Event().wait(0.05)
+        gate.set()
+        for t in threads:
+            t.join(10)
+    codes = sorted(r.status_code for r in results)
+    assert codes == [200, 200, 503, 503], [r.text for r in results]
+    refused = next(r for r in results if r.status_code == 503)
+    assert "queue is full" in refused.json()["error"]
+
+
+def test_batcher_merges_splits_and_isolates_failures():
+    model = FakeModel()
+
+    async def main():
+        batcher = Batcher(model.run, BatchOptions(max_batch_size=8, timeout=0.2))
+        await batcher.start()
+
+        def submit(values):
+            return asyncio.gather(*(batcher.submit("one", {"x": np.array([[v]], dtype=np.float32)}) for v in values),
+                                  return_exceptions=True)
+        try:
+            return await submit(range(5)), await submit([1.0, -1.0, 2.0])
+        finally:
+            await batcher.stop()
+
+    merged, mixed = asyncio.run(main())
+    assert [r["y"].tolist() for r in merged] == [[[2.0 * i]] for i in range(5)]
+    assert model.calls[0] == ("one", 5)  # five requests, one model call, outputs split back
+    assert mixed[0]["y"].tolist() == [[2.0]] and mixed[2]["y"].tolist() == [[4.0]]
+    assert isinstance(mixed[1], BadRequest)  # the merged call failed; retried alone, only the bad one fails
+    assert model.calls[1:] == [("one", 1), ("one", 1)]
+
+
+def test_no_batching_runs_each_request_alone():
+    model = FakeModel()
+
+    async def main():
+        batcher = Batcher(model.run, BatchOptions(enabled=False))
+        await batcher.start()
+        try:
+            return await asyncio.gather(*(batcher.submit("one", {"x": np.ones((1, 1), np.float32)}) for _ in range(4)))
+        finally:
+            await batcher.stop()
+
+    assert len(asyncio.run(main())) == 4 and [n for _, n in model.calls] == [1, 1, 1, 1]
