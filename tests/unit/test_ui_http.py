@@ -342,3 +342,27 @@ def test_every_page_asset_is_in_the_wheel_package_data():
               for p in (package / d).rglob("*") if p.is_file()]
     assert len(assets) > 10
     assert [a for a in assets if not any(fnmatch.fnmatch(a, g) for g in globs)] == []
+
+
+def test_cli_without_the_web_stack_names_the_extra(monkeypatch):
+    import typer
+    from typer.testing import CliRunner
+
+    import multiworker.ui
+    from multiworker.cli import ui_cmd
+
+    monkeypatch.setattr(multiworker.ui, "missing_dependencies", lambda: ["uvicorn"])
+    app = typer.Typer()
+    ui_cmd.register(app)
+    app.command("noop", hidden=True)(lambda: None)  # a typer app with one command would take no name
+    result = CliRunner().invoke(app, ["ui"])
+    assert result.exit_code == 1 and "pip install 'multiworker[ui]'" in str(result.exception)
+
+
+def test_cli_bad_host_is_one_line_error(mw_home):
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-m", "multiworker", "ui", "--host", "no-such-host.invalid"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("error: --host no-such-host.invalid: ") and proc.stderr.count("\n") == 1
