@@ -118,7 +118,7 @@ def test_package_job_uploads_sdists_and_runs_them(tmp_path, mw_home, fake):
     fake.task_output = {"workerpool0-0": ["training on worker 0"], "workerpool1-1": ["training on worker 2"]}
     proc = mw("run", package_spec(tmp_path), *VERTEX, "--staging-bucket", "gs://bucket", home=mw_home, fake=fake)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "worker 0 becomes the chief" in proc.stdout and "newest prebuilt Vertex AI training image has 2.17" in proc.stdout
+    assert "worker 0 becomes Vertex AI's chief" in proc.stdout and "newest prebuilt Vertex AI training image has 2.17" in proc.stdout
     job = Store(mw_home).list_jobs()[0]
     objects = sorted(fake.buckets["bucket"])
     prefix = f"multiworker/{job['id']}/packages/"

@@ -137,7 +137,7 @@ def _remote_image(images: list[str], backend: str, injections: list[str]) -> Opt
 
     if injections:
         raise UserError(f"--inject-failure: the platform runs the replicas of a {backend} job, not multiworker; "
-                        "kill a pod or task there instead")
+                        "kill a pod there (kubectl delete pod) or a task instead")
     if len(images) > 1 or any("=" in i for i in images):
         raise UserError(f"--image: with --backend {backend} give the one container image the pools run "
                         "(--image gcr.io/p/trainer:v1), not IMAGE=COMMAND mappings")
