@@ -14,7 +14,7 @@ from pathlib import Path
 from multiworker import procs
 from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.local.netns import JobNetwork
-from multiworker.backends.local.ports import PortReservations
+from multiworker.ports import PortReservations
 from multiworker.cluster import ReplicaId
 
 __all__ = ["LocalGroup"]

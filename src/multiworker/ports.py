@@ -74,7 +74,8 @@ class PortReservations:
             fcntl.flock(lock, fcntl.LOCK_EX)
             table = self._read(path)
             before = dict(table)
-            table = {p: o for p, o in table.items() if _owner_alive(o)}
+            ticks: dict[int, int | None] = {}  # each owner's pid looked up once
+            table = {p: o for p, o in table.items() if _owner_alive(o, ticks)}
             yield table
             if table != before:
                 tmp = path.with_suffix(f".{self._pid}.tmp")
@@ -93,9 +94,11 @@ class PortReservations:
         return table if isinstance(table, dict) else {}
 
 
-def _owner_alive(owner: object) -> bool:
+def _owner_alive(owner: object, seen: dict[int, int | None]) -> bool:
     """Whether the reservation's owner process still runs (same pid, same start time)."""
     if not isinstance(owner, dict) or not isinstance(owner.get("pid"), int):
         return False
-    ticks = procs.start_ticks(owner["pid"])
-    return ticks is not None and ticks == owner.get("ticks")
+    pid = owner["pid"]
+    if pid not in seen:
+        seen[pid] = procs.start_ticks(pid)
+    return seen[pid] is not None and seen[pid] == owner.get("ticks")
