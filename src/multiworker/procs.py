@@ -22,7 +22,7 @@ from pathlib import Path
 from multiworker.private_files import open_private
 
 __all__ = ["free_ports", "spawn", "Child", "child_environ", "signal_group", "stop_groups", "processes_of_job",
-           "job_processes", "pid_alive", "same_process", "start_ticks"]
+           "job_processes", "pid_alive", "same_process", "start_ticks", "die_with_parent"]
 
 log = logging.getLogger(__name__)
 
@@ -65,7 +65,8 @@ class Child(subprocess.Popen):
         self.start_ticks = start_ticks(self.pid)
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (run in a child before exec)."""
     try:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -86,7 +87,7 @@ def spawn(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
 
     def preexec() -> None:
         if linux:
-            _die_with_parent()
+            die_with_parent()
         if enter is not None:
             enter()
 

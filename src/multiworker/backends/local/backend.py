@@ -14,7 +14,7 @@ from multiworker.backends.base import Backend, JobState
 from multiworker.backends.controller import GroupController
 from multiworker.backends.driver import driver_alive, driver_gone, stop_driver
 from multiworker.backends.local.group import LocalGroup
-from multiworker.backends.local.netns import NETNS_ENV, open_job_network, remove_job_network
+from multiworker.netns import NETNS_ENV, open_job_network, remove_job_network
 from multiworker.ports import PortReservations
 from multiworker.backends.local.watchdog import start_watchdog
 from multiworker.backends.observer import NullObserver

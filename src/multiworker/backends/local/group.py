@@ -2,7 +2,7 @@
 free port chosen anew for each attempt, in its own session, killed by the kernel if the launcher
 dies (``procs.spawn``); its output goes straight into its log file, read back incrementally.
 
-With a :class:`~multiworker.backends.local.netns.JobNetwork`, every replica joins the job's private
+With a :class:`~multiworker.netns.JobNetwork`, every replica joins the job's private
 network namespace; without one, ports come from the home's reservations, so concurrent jobs
 cannot be handed the same port."""
 
@@ -13,7 +13,7 @@ from pathlib import Path
 
 from multiworker import procs
 from multiworker.backends.base import Placement, ReplicaGroup
-from multiworker.backends.local.netns import JobNetwork
+from multiworker.netns import JobNetwork
 from multiworker.ports import PortReservations
 from multiworker.cluster import ReplicaId
 

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from multiworker.backends.local.netns import remove_job_network
+from multiworker.netns import remove_job_network
 from multiworker.procs import job_processes, pid_alive, signal_group, start_ticks
 
 __all__ = ["start_watchdog"]
