@@ -14,10 +14,10 @@ from multiworker.backends.base import Backend, JobState
 from multiworker.backends.controller import GroupController
 from multiworker.backends.driver import driver_alive, driver_gone, stop_driver
 from multiworker.backends.local.group import LocalGroup
-from multiworker.netns import NETNS_ENV, open_job_network, remove_job_network
-from multiworker.ports import PortReservations
 from multiworker.backends.local.watchdog import start_watchdog
 from multiworker.backends.observer import NullObserver
+from multiworker.netns import NETNS_ENV, open_job_network, remove_job_network
+from multiworker.ports import PortReservations
 from multiworker.store import Store
 
 __all__ = ["LocalBackend"]
@@ -55,7 +55,8 @@ def _network_event(store: Store, job_id: str, observer: Any, isolated: str | Non
                    f"(and without network access; {NETNS_ENV}=0 opts out)")
     else:
         reason, warning = "Exposed", True
-        fix = (f"unset {NETNS_ENV}" if NETNS_ENV in why else "run as root with iproute2")
+        fix = (f"unset {NETNS_ENV}" if NETNS_ENV in why
+               else "run as root with iproute2, or allow unprivileged user namespaces,")
         message = f"{_EXPOSED} ({why}); {fix} for a private network namespace per job"
         if observer is None and not _warned_exposed:  # with an observer, the event is the console note
             _warned_exposed = True
