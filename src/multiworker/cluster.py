@@ -124,7 +124,8 @@ def replica_env(
     output_dir: str,
     cores: int | None = None,
 ) -> dict[str, str]:
-    """The variables multiworker adds to one replica's environment (the spec's own env wins).
+    """The variables multiworker adds to one replica's environment (the spec's own env wins, except
+    for the launcher's MULTIWORKER_JOB_ID/ATTEMPT/REPLICA).
 
     ``addresses`` holds every replica's ``host:port`` (each may be on another host).
     """
@@ -153,4 +154,7 @@ def replica_env(
         OMP_NUM_THREADS=str(threads),
     )
     env.update(spec.resolved(replica.role).env or {})
+    # The launcher's own identity wins over the spec: cancel, the watchdog and Lost cleanup find a job's
+    # processes by MULTIWORKER_JOB_ID, so a spec must not be able to hide its replicas from them.
+    env.update(MULTIWORKER_JOB_ID=job_id, MULTIWORKER_ATTEMPT=str(attempt), MULTIWORKER_REPLICA=replica.name)
     return env

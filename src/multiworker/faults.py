@@ -1,5 +1,10 @@
-"""Fault injection: ``ROLE-INDEX@DURATION[:SIGNAL]`` kills that replica once, that long after
-the first attempt started, so users can prove recovery before the cloud does it to them."""
+"""Fault injection: kill a replica once, to prove recovery before the cloud does it to you.
+
+``ROLE-INDEX@WHEN[:SIGNAL]`` where WHEN is a duration after the first attempt started (``15s``),
+or a point in training read from the replica's metric lines, which is the same on any machine:
+``epoch:N`` once the replica has finished epoch N, ``step:N`` once it reports step N or later
+(steps counted from the start of training, across epochs).
+"""
 
 from __future__ import annotations
 
@@ -21,29 +26,44 @@ _NOT_A_FAILURE = frozenset({signal.SIGSTOP, signal.SIGTSTP, signal.SIGTTIN, sign
 @dataclasses.dataclass(frozen=True)
 class Injection:
     replica: ReplicaId
-    after: float
+    after: float  # seconds after the first attempt started (trigger "time"), else the epoch or step
     signal: int = signal.SIGKILL
+    trigger: str = "time"  # time | epoch | step
 
     @property
     def signal_name(self) -> str:
         return signal.Signals(self.signal).name
 
+    @property
+    def when(self) -> str:
+        return f"{self.after:g}s" if self.trigger == "time" else f"{self.trigger}:{int(self.after)}"
+
     def __str__(self) -> str:
-        return f"{self.replica}@{self.after:g}s:{self.signal_name.removeprefix('SIG')}"
+        return f"{self.replica}@{self.when}:{self.signal_name.removeprefix('SIG')}"
 
 
 def parse_injection(text: str) -> Injection:
-    """Parse ``worker-1@15s:KILL``; the signal defaults to KILL."""
-    usage = "write it like worker-1@15s or worker-1@15s:TERM"
+    """Parse ``worker-1@15s:KILL``, ``worker-1@epoch:2`` or ``worker-1@step:300:TERM``; the signal defaults to KILL."""
+    usage = "write it like worker-1@15s, worker-1@epoch:2, worker-1@step:300 or worker-1@15s:TERM"
     target, at, rest = text.partition("@")
     if not at:
-        raise UserError(f"--inject-failure {text!r}: missing '@DURATION'; {usage}")
+        raise UserError(f"--inject-failure {text!r}: missing '@WHEN'; {usage}")
+    trigger = "time"
+    head, _, tail = rest.partition(":")
+    if head.strip().lower() in ("epoch", "step"):
+        trigger = head.strip().lower()
+        rest = tail
     when, _, sig_text = rest.partition(":")
     try:
         replica = ReplicaId.parse(target)
-        after = parse_duration(when)
+        if trigger == "time":
+            after = parse_duration(when)
+        elif when.strip().isdigit() and int(when) >= (1 if trigger == "epoch" else 0):
+            after = float(int(when))
+        else:
+            raise ValueError(f"{trigger}:{when} needs a whole number{' >= 1' if trigger == 'epoch' else ''}")
     except ValueError as exc:
-        raise UserError(f"--inject-failure {text!r}: {exc}") from None
+        raise UserError(f"--inject-failure {text!r}: {exc}; {usage}") from None
     sig = signal.SIGKILL
     if not math.isfinite(after):
         raise UserError(f"--inject-failure {text!r}: the time must be a finite duration; {usage}")
@@ -57,7 +77,7 @@ def parse_injection(text: str) -> Injection:
         if sig in _NOT_A_FAILURE:
             raise UserError(f"--inject-failure {text!r}: {signal.Signals(sig).name} does not end a process (it would "
                             "stop or be ignored, and the job would hang); use KILL, TERM, INT, SEGV or ABRT")
-    return Injection(replica, after, int(sig))
+    return Injection(replica, after, int(sig), trigger)
 
 
 def check_injections(spec: JobSpec, injections: list[Injection]) -> None:
@@ -70,13 +90,36 @@ def check_injections(spec: JobSpec, injections: list[Injection]) -> None:
 
 
 class Injector:
-    """Which injections are due: each fires once, ``after`` seconds into the job's first attempt."""
+    """Which injections are due: each fires once, by time into the first attempt, or when its replica's
+    metric lines show the epoch or step reached (in any attempt: a resumed run that is already past
+    it fires at once)."""
 
     def __init__(self, injections: list[Injection]):
         self.pending = list(injections)
+        self._epoch_done: dict[str, int] = {}
+        self._step: dict[str, int] = {}
+
+    def observe(self, replica: str, metric: dict) -> None:
+        """A metric line of ``replica``: remember the last finished epoch and the global step."""
+        epoch, step, steps = metric.get("epoch"), metric.get("step"), metric.get("steps")
+        if metric.get("kind") == "epoch" and isinstance(epoch, int):
+            self._epoch_done[replica] = max(self._epoch_done.get(replica, 0), epoch)
+            if isinstance(steps, int):
+                self._step[replica] = max(self._step.get(replica, 0), epoch * steps)
+        elif metric.get("kind") == "progress" and isinstance(step, int):
+            done = (epoch - 1) * steps if isinstance(epoch, int) and isinstance(steps, int) and epoch > 0 else 0
+            self._step[replica] = max(self._step.get(replica, 0), done + step)
+
+    def _reached(self, inj: Injection, elapsed: float) -> bool:
+        name = inj.replica.name
+        if inj.trigger == "epoch":
+            return self._epoch_done.get(name, 0) >= inj.after
+        if inj.trigger == "step":
+            return self._step.get(name, -1) >= inj.after
+        return elapsed >= inj.after
 
     def due(self, elapsed: float) -> list[Injection]:
-        """The injections due ``elapsed`` seconds after the first attempt started (each only once)."""
-        now = [inj for inj in self.pending if elapsed >= inj.after]
+        """The injections due now, ``elapsed`` seconds after the first attempt started (each only once)."""
+        now = [inj for inj in self.pending if self._reached(inj, elapsed)]
         self.pending = [inj for inj in self.pending if inj not in now]
         return now

@@ -89,8 +89,8 @@ def test_tfjob_three_workers_with_dockerfile(job):
 
 def test_vertex_config_restarts_after_a_kill(job):
     """Vertex AI restarts only after system failures: locally ExitCode, so a killed replica restarts the group."""
-    doc, seen = job("vertex_config.yaml", "--image", f"{VERTEX_IMAGE}={ENTRY}", "--inject-failure", "worker-0@6s:KILL",
-                    "--set", "run_policy.backoff=1s", "--", "--epochs", "10", "--steps-per-epoch", "30",
+    doc, seen = job("vertex_config.yaml", "--image", f"{VERTEX_IMAGE}={ENTRY}", "--inject-failure", "worker-0@epoch:1:KILL",
+                    "--set", "run_policy.backoff=1s", "--", "--epochs", "3", "--steps-per-epoch", "20",
                     restarts=1)
     check_tf_config(seen, {"chief": 1, "worker": 1})
 
@@ -98,4 +98,4 @@ def test_vertex_config_restarts_after_a_kill(job):
 def test_tfjob_never_fails_after_a_kill(job):
     """restartPolicy: Never (the TFJob's) means a killed worker fails the job, as on Kubernetes."""
     job("tfjob.yaml", "--dockerfile", str(job.ctx / "Dockerfile"), "--set", "pools.worker.replicas=2",
-        "--inject-failure", "worker-1@6s:KILL", "--", "--epochs", "10", "--steps-per-epoch", "30", state="Failed")
+        "--inject-failure", "worker-1@epoch:1:KILL", "--", "--epochs", "3", "--steps-per-epoch", "20", state="Failed")

@@ -52,7 +52,7 @@ def test_exitcode_policy_fails_fast_on_app_error(tmp_path, mw_home):
 
 def test_injected_kill_restarts_group(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{worker: {replicas: 2}}")
-    proc = mw("run", str(spec), "--inject-failure", "worker-1@0.5s:KILL", "--", "--epochs", "10", home=mw_home)
+    proc = mw("run", str(spec), "--inject-failure", "worker-1@epoch:1:KILL", "--", "--epochs", "4", home=mw_home)
     assert proc.returncode == 0, proc.stdout
     doc = status(mw_home)
     assert doc["restarts"] == 1 and doc["state"] == "Succeeded"

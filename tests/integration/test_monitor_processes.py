@@ -77,7 +77,7 @@ def test_logs_replica_and_follow_across_a_restart_end_with_the_job(tmp_path, mw_
 
 def test_describe_shows_restarting_and_injected_failure(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{worker: {replicas: 2}}")
-    proc = mw("run", str(spec), "-q", "--inject-failure", "worker-1@0.5s:KILL", "--", "--epochs", "8", home=mw_home)
+    proc = mw("run", str(spec), "-q", "--inject-failure", "worker-1@epoch:1:KILL", "--", "--epochs", "4", home=mw_home)
     assert proc.returncode == 0, proc.stdout
     doc = json.loads(mw("describe", "last", "--json", home=mw_home).stdout)
     reasons = [e["reason"] for e in doc["events"]]

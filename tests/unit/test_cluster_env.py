@@ -142,3 +142,12 @@ def test_addresses_on_several_hosts():
     assert json.loads(env["CLUSTER_SPEC"])["cluster"] == {
         "workerpool0": ["10.0.0.1:2000"], "workerpool1": ["10.0.0.2:2001", "10.0.0.1:2002"],
         "workerpool2": ["10.0.0.2:2003"]}
+
+
+def test_the_launchers_identity_wins_over_the_spec_env():
+    """A spec that sets MULTIWORKER_JOB_ID would hide its replicas from cancel, the watchdog and Lost cleanup."""
+    spec = make({"worker": {"replicas": 2}}, env={"MULTIWORKER_JOB_ID": "other", "MULTIWORKER_REPLICA": "x-9",
+                                                 "MULTIWORKER_ATTEMPT": "7", "OMP_NUM_THREADS": "5"})
+    env = env_of(spec, "worker", 1)
+    assert (env["MULTIWORKER_JOB_ID"], env["MULTIWORKER_REPLICA"], env["MULTIWORKER_ATTEMPT"]) == ("abc", "worker-1", "1")
+    assert env["OMP_NUM_THREADS"] == "5"  # the spec still wins for everything else

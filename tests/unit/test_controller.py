@@ -184,7 +184,7 @@ def test_injected_failure_signals_through_the_group_and_restarts(tmp_path):
     assert store.get_job(job_id)["restarts"] == 1
 
 
-def test_metric_lines_go_to_the_store_and_bad_ones_are_plain_lines(tmp_path):
+def test_metric_lines_go_to_the_store_and_bad_ones_are_dropped_with_one_warning(tmp_path):
     epoch = b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "epochs": 2, "loss": 0.5}\n'
     logs = {W0: [b"hello\nMULTIWORKER_METRIC {not json\n", epoch[:20], epoch[20:] + b"MULTIWORKER_METRIC {\"kind\": \"nope\"}\n",
                  b'MULTIWORKER_METRIC {"kind": "progress", "epoch": 1, "epochs": 2, "step": 3, "steps": 10}\npart'],
@@ -198,7 +198,36 @@ def test_metric_lines_go_to_the_store_and_bad_ones_are_plain_lines(tmp_path):
     assert store.progress(job_id)["worker-0"]["step"] == 3
     assert ("worker-0", "epoch", True) in obs.metrics and ("worker-1", "final", False) in obs.metrics
     lines = [line for _, line in obs.lines]
-    assert lines == ["hello", "MULTIWORKER_METRIC {not json", 'MULTIWORKER_METRIC {"kind": "nope"}']  # "part" waits
+    assert lines == ["hello"]  # "part" waits for its end of line
+    assert obs.events.count("BadMetricLine") == 1  # two bad lines of worker-0, one warning
+
+
+def test_malformed_metric_values_never_end_the_job(tmp_path):
+    """Each of these once failed the whole job (a ProgrammingError in the store) or crashed `status`."""
+    bad = [b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": [1]}\n',
+           b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "images_per_sec": "fast"}\n',
+           b'MULTIWORKER_METRIC {"kind": "progress", "epoch": 1, "step": "2"}\n',
+           b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": true}\n']
+    store, job_id = make_job(tmp_path)
+    obs = Recorder()
+    group = FakeGroup([{W0: [RUNNING] * 5 + [0], W1: [RUNNING] * 5 + [0]}], logs={W0: bad, W1: bad[::-1]})
+    assert drive(store, job_id, group, obs) is JobState.SUCCEEDED
+    assert store.metrics(job_id, "epoch") == [] and obs.events.count("BadMetricLine") == 2
+
+
+def test_injection_at_an_epoch_fires_when_the_replica_reports_it(tmp_path):
+    """`worker-1@epoch:1` fires only after worker-1's epoch-1 line, however long that takes."""
+    epoch = b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "epochs": 3, "steps": 10}\n'
+    store, job_id = make_job(tmp_path, inject_failures=["worker-1@epoch:1", "worker-0@step:25"])
+    reads = []
+    group = FakeGroup([{}, {W0: [0], W1: [0]}], logs={W1: [b"start\n"] + [b""] * 20 + [epoch]},
+                      on_poll=lambda g: reads.append(len(g.logs[W1])))
+    assert drive(store, job_id, group) is JobState.SUCCEEDED
+    assert [c for c in group.calls if c[0] == "signal"] == [("signal", W1, signal.SIGKILL)]  # step 25 never came
+    fired = [e for e in store.events(job_id) if e["reason"] == "InjectedFailure"]
+    assert len(fired) == 1 and "worker-1@epoch:1" in fired[0]["message"]
+    assert store.get_job(job_id)["restarts"] == 1
+    assert not group.logs[W1]  # the epoch line had been read before the kill
 
 
 def test_never_policy_fails_at_once_and_ps_success_exit_is_not_success(tmp_path):

@@ -23,7 +23,9 @@ def test_parse(text, replica, after, sig):
 
 
 @pytest.mark.parametrize("text,match", [
-    ("worker-1", "missing '@DURATION'"),
+    ("worker-1", "missing '@WHEN'"),
+    ("worker-1@epoch:0", "whole number >= 1"),
+    ("worker-1@step:-3", "whole number"),
     ("workr-1@5s", "not a replica name"),
     ("worker-1@soon", "not a duration"),
     ("worker-1@5s:BOOM", "unknown signal"),

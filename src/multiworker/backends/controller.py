@@ -20,6 +20,7 @@ from pathlib import Path
 
 from multiworker.backends.base import JobState, LogLayout, Placement, ReplicaGroup
 from multiworker.backends.failures import ReplicaFailure, summarize
+from multiworker.backends.guarded_store import GuardedStore
 from multiworker.backends.ingest import LogIngest
 from multiworker.backends.observer import NullObserver, Observer
 from multiworker.cluster import ReplicaId, primary_replica, replica_env, replica_ids
@@ -79,7 +80,9 @@ class GroupController:
         options = json.loads(job["options_json"] or "{}")
         self.trainer_args: list[str] = options.get("trainer_args", [])
         self.injector = Injector([parse_injection(t) for t in options.get("inject_failures", [])])
-        self.ingest = LogIngest(store, job_id, self.obs, primary=primary_replica(self.spec).name)
+        self.store = GuardedStore(store, self.obs)  # a full disk must not end supervision
+        self.ingest = LogIngest(self.store, job_id, self.obs, primary=primary_replica(self.spec).name,
+                                on_metric=self.injector.observe)
         self.replicas: dict[ReplicaId, _Replica] = {}
         self.restarts = 0
         self.attempt = 0
@@ -198,6 +201,8 @@ class GroupController:
                 self._stop_all()
                 return "deadline", f"active_deadline of {deadline:g}s exceeded; stopped every replica"
             newly = self._newly_exited()
+            if newly:
+                self._drain_logs()  # every line a replica printed before it exited counts (final metrics)
             for rid in exit_order(newly):
                 rep = self.replicas[rid]
                 rep.returncode = newly[rid]
@@ -209,7 +214,7 @@ class GroupController:
                     return "succeeded", f"{rid} succeeded"
                 if decision in (Decision.RESTART, Decision.FAIL):
                     self._stop_all()
-                    self._pump_logs()
+                    self._drain_logs()
                     summary = self._failure_summary(rep)
                     return ("restart" if decision is Decision.RESTART else "failed"), summary
             if all_exited(self.replicas, exits):
@@ -236,7 +241,7 @@ class GroupController:
                 self._stop_all()
                 break
             time.sleep(self.poll_interval)
-        self._pump_logs()
+        self._drain_logs()
 
     # -- helpers -----------------------------------------------------------------------------
     def _record_exit(self, rep: _Replica) -> None:
@@ -287,7 +292,7 @@ class GroupController:
                 self._event("InjectedFailure", f"{inj}: {inj.replica} was not running; nothing killed",
                             replica=inj.replica.name, warning=True)
                 continue
-            self._event("InjectedFailure", f"sent {inj.signal_name} to {inj.replica} (pid {rep.pid}) "
+            self._event("InjectedFailure", f"{inj}: sent {inj.signal_name} to {inj.replica} (pid {rep.pid}) "
                         f"{now - self._first_attempt_started:.1f}s after the first attempt started",
                         replica=inj.replica.name, warning=True)
         if now - self._last_sample >= _SAMPLE_EVERY:
@@ -299,9 +304,20 @@ class GroupController:
             self.ingest.flush_progress()
             self.store.update_job(self.job_id, heartbeat_at=now)
 
-    def _pump_logs(self) -> None:
+    def _pump_logs(self) -> int:
+        """Feed each replica's new output (one chunk each) to the ingest; return the bytes read."""
+        total = 0
         for rid in self.replicas:
-            self.ingest.feed(rid.name, self.group.read_log(rid))
+            data = self.group.read_log(rid)
+            total += len(data)
+            self.ingest.feed(rid.name, data)
+        return total
+
+    def _drain_logs(self, limit: float = 10.0) -> None:
+        """Read every log to its end (bounded in time: a replica still printing cannot stall the job)."""
+        end = time.monotonic() + limit
+        while self._pump_logs() and time.monotonic() < end:
+            pass
 
     def _finish(self, state: JobState, message: str, *, reason: str, warning: bool = False) -> JobState:
         self.ingest.flush_progress()
@@ -329,9 +345,21 @@ class GroupController:
             time.sleep(min(0.2, max(0.0, end - time.monotonic())))
         return self._stop_signal is not None
 
+    def _kill_now(self) -> None:
+        """SIGKILL every replica that still runs, at once (called from a signal handler)."""
+        self.obs.on_event("Killing", "second stop signal: SIGKILL to every replica now", replica=None, warning=True)
+        for rid, rep in list(self.replicas.items()):
+            if rep.returncode is None:
+                try:
+                    self.group.signal(rid, signal.SIGKILL)
+                except Exception:  # noqa: BLE001 - best effort inside a signal handler
+                    log.debug("SIGKILL to %s failed", rid, exc_info=True)
+
     def _install_signal_handlers(self) -> dict:
         """SIGINT, SIGTERM and SIGHUP stop the job; returns the handlers to restore."""
         def handler(signum, _frame):
+            if self._stop_signal is not None:  # a second Ctrl-C: no more grace for anyone
+                self._kill_now()
             self._stop_signal = signum
 
         previous = {}

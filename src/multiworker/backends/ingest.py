@@ -5,9 +5,10 @@ every other line goes to the observer (the console of a foreground run)."""
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from multiworker.backends.observer import Observer
-from multiworker.metrics_line import parse_metric
+from multiworker.metrics_line import PREFIX, BadMetric, parse_metric
 from multiworker.store import Store
 
 __all__ = ["LogIngest"]
@@ -18,11 +19,14 @@ log = logging.getLogger(__name__)
 class LogIngest:
     """Line assembly and metric parsing for the replicas of one attempt."""
 
-    def __init__(self, store: Store, job_id: str, observer: Observer, *, primary: str):
+    def __init__(self, store: Store, job_id: str, observer: Observer, *, primary: str,
+                 on_metric: Callable[[str, dict], None] | None = None):
         self.store = store
         self.job_id = job_id
         self.obs = observer
         self.primary = primary  # the replica whose epoch lines speak for the job
+        self.on_metric = on_metric  # e.g. fault injection at an epoch or step
+        self._bad_warned: set[str] = set()
         self.attempt = 0
         self._partial: dict[str, bytes] = {}
         self._progress: dict[str, dict] = {}
@@ -42,10 +46,20 @@ class LogIngest:
                 self._line(replica, line)
 
     def _line(self, replica: str, line: str) -> None:
-        metric = parse_metric(line)
+        try:
+            metric = parse_metric(line, strict=True)
+        except BadMetric as exc:  # dropped with one warning per replica: a bad line must not end the job
+            if replica not in self._bad_warned:
+                self._bad_warned.add(replica)
+                message = f"ignored a malformed {PREFIX.strip()} line ({exc}); later ones are dropped silently"
+                log.warning("%s: %s", replica, message)
+                self.obs.on_event("BadMetricLine", message, replica=replica, warning=True)
+            return
         if metric is None:
             self.obs.on_line(replica, line)
             return
+        if self.on_metric is not None:
+            self.on_metric(replica, metric)
         if metric["kind"] == "progress":
             self._progress[replica] = metric
         else:

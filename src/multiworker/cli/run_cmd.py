@@ -45,7 +45,8 @@ def run(
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
     inject_failure: list[str] = typer.Option(
-        [], "--inject-failure", help="Kill a replica once: ROLE-INDEX@DURATION[:SIGNAL], e.g. worker-1@15s:KILL."
+        [], "--inject-failure", help="Kill a replica once: ROLE-INDEX@WHEN[:SIGNAL], WHEN a duration (15s), epoch:N or step:N; "
+                                "e.g. worker-1@epoch:2:KILL."
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),

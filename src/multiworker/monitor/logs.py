@@ -14,7 +14,7 @@ from multiworker.errors import UserError
 from multiworker.backends.base import JobState, LogLayout
 from multiworker.store import Store
 
-__all__ = ["LogLine", "SUPERVISOR", "latest_attempt", "log_files", "read_logs", "follow_logs"]
+__all__ = ["LogLine", "SUPERVISOR", "latest_attempt", "log_files", "read_logs", "follow_logs", "Tailer", "tail_offset"]
 
 log = logging.getLogger(__name__)
 
@@ -173,3 +173,8 @@ def follow_logs(store: Store, job_id: str, *, attempt: int | None = None, replic
 
 def _attempt_finished(store: Store, job_id: str, n: int) -> bool:
     return any(a["n"] == n and a["finished_at"] is not None for a in store.attempts(job_id))
+
+
+# For readers that keep their own position between calls (the dashboard's resumable log stream).
+Tailer = _Tailer
+tail_offset = _tail_offset

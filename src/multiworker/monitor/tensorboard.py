@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib.util
 import logging
 import os
@@ -19,7 +20,7 @@ from multiworker.backends.base import JobState
 from multiworker.errors import UserError
 from multiworker.store import Store
 
-__all__ = ["DEFAULT_PORT", "logdir_of", "tensorboard_command", "pick_port", "serve"]
+__all__ = ["DEFAULT_PORT", "Launched", "logdir_of", "tensorboard_command", "pick_port", "launch", "serve"]
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +70,45 @@ def _raise_exit(signum, _frame) -> None:
     raise SystemExit(128 + signum)
 
 
-def serve(store: Store, job_id: str, *, host: str = "127.0.0.1", port: int | None = None,
-          on_ready: Callable[[str], None] = print, startup_timeout: float = 120.0) -> int:
-    """Run TensorBoard in the foreground until it exits or Ctrl-C; ``on_ready(url)`` once it listens.
+@dataclasses.dataclass
+class Launched:
+    """A TensorBoard process just started for a job: where it will listen, and its own log."""
 
-    Its own output goes to ``<job dir>/tensorboard.log`` (shown when it fails to start).
+    proc: subprocess.Popen
+    host: str
+    port: int
+    log_path: Path
+
+    @property
+    def url(self) -> str:
+        shown = "localhost" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{shown}:{self.port}/"
+
+    def listening(self) -> bool:
+        return _listening(self.host, self.port)
+
+    def failure(self) -> str | None:
+        """Why it will not serve (it exited), else None while it may still come up."""
+        if self.proc.poll() is None:
+            return None
+        tail = self.log_path.read_text(errors="replace").strip().splitlines()[-5:] if self.log_path.exists() else []
+        return f"TensorBoard did not start (see {self.log_path}): " + " | ".join(tail)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def launch(store: Store, job_id: str, *, host: str = "127.0.0.1", port: int | None = None) -> Launched:
+    """Start TensorBoard on the job's log directory and return at once (it listens seconds later).
+
+    Own process group, killed by the kernel if the calling *thread* dies (PDEATHSIG): call it from
+    a thread that lives as long as TensorBoard should. Its output goes to ``<job dir>/tensorboard.log``.
     """
     if importlib.util.find_spec("tensorboard") is None:
         raise UserError("TensorBoard is not installed; it ships with TensorFlow: `pip install 'multiworker[tensorflow]'`")
@@ -84,30 +119,33 @@ def serve(store: Store, job_id: str, *, host: str = "127.0.0.1", port: int | Non
                         "the trainer writes them with the TensorBoard callback into AIP_TENSORBOARD_LOG_DIR")
     port = pick_port(host, port)
     log_path = Path(job["job_dir"]) / "tensorboard.log"
-    # Own process group, killed by the kernel if we die (PDEATHSIG); SIGTERM/SIGHUP unwind to `finally`.
     proc = procs.spawn(tensorboard_command(logdir, host, port), cwd=Path.cwd(), env=dict(os.environ),
                        log_path=log_path)
-    previous = {}
+    return Launched(proc, host, port, log_path)
+
+
+def serve(store: Store, job_id: str, *, host: str = "127.0.0.1", port: int | None = None,
+          on_ready: Callable[[str], None] = print, startup_timeout: float = 120.0) -> int:
+    """Run TensorBoard in the foreground until it exits or Ctrl-C; ``on_ready(url)`` once it listens.
+
+    Its own output goes to ``<job dir>/tensorboard.log`` (shown when it fails to start).
+    """
+    tb = launch(store, job_id, host=host, port=port)
+    previous = {}  # SIGTERM/SIGHUP unwind to `finally`
     for sig in (signal.SIGTERM, signal.SIGHUP):
         with contextlib.suppress(ValueError):  # not the main thread: the caller handles signals
             previous[sig] = signal.signal(sig, _raise_exit)
     try:
         deadline = time.monotonic() + startup_timeout
-        while not _listening(host, port):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
-                raise UserError(f"TensorBoard did not start (see {log_path}): " + " | ".join(tail))
+        while not tb.listening():
+            failure = tb.failure() or (time.monotonic() > deadline and f"TensorBoard did not start in "
+                                       f"{startup_timeout:.0f}s (see {tb.log_path})")
+            if failure:
+                raise UserError(failure)
             time.sleep(0.2)
-        shown = "localhost" if host in ("0.0.0.0", "::") else host
-        on_ready(f"http://{shown}:{port}/")
-        return proc.wait()
+        on_ready(tb.url)
+        return tb.proc.wait()
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        tb.stop()

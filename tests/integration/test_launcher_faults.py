@@ -1,0 +1,65 @@
+"""Faults around a running job: output floods before the last metric line, and a second Ctrl-C while
+replicas ignore SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+from helpers import mw, mw_popen, no_processes_left, running_job, status
+
+from multiworker.store import Store
+
+FLOOD = textwrap.dedent('''
+    import sys
+    from multiworker.metrics_line import format_metric
+    sys.stdout.write(("x" * 1023 + "\\n") * 3000)  # 3 MiB at once, then the result and exit
+    print(format_metric("final", test_accuracy=0.5), flush=True)
+''')
+
+STUBBORN = textwrap.dedent('''
+    import signal, time
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    print("ignoring SIGTERM", flush=True)
+    while True:
+        time.sleep(1)
+''')
+
+
+def _spec(tmp_path, program: str, body: str, extra: str = "") -> str:
+    (tmp_path / program).write_text(body)
+    spec = tmp_path / "job.yaml"
+    spec.write_text(f"name: t\ncommand: [{sys.executable}, {program}]\nworking_dir: {tmp_path}\n"
+                    f"pools: {{worker: {{replicas: 2}}}}\n{extra}")
+    return str(spec)
+
+
+def test_final_metrics_after_a_flood_of_output_are_kept(tmp_path, mw_home):
+    proc = mw("run", _spec(tmp_path, "flood.py", FLOOD), "-q", home=mw_home, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    finals = Store(mw_home).metrics(status(mw_home)["id"], "final")
+    assert sorted(m["replica"] for m in finals) == ["worker-0", "worker-1"]
+
+
+def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
+    spec = _spec(tmp_path, "stubborn.py", STUBBORN, "run_policy: {grace_period: 120s}\n")
+    launcher = mw_popen("run", spec, "-q", home=mw_home)
+    try:
+        job = running_job(mw_home)
+        time.sleep(1.0)  # the replicas have installed their SIGTERM handler
+        launcher.send_signal(signal.SIGINT)
+        time.sleep(1.0)
+        start = time.monotonic()
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(timeout=30)
+        assert time.monotonic() - start < 15, "the second Ctrl-C did not cut the 120 s grace period"
+        assert launcher.returncode == 130
+        assert status(mw_home)["state"] == "Cancelled"
+        assert no_processes_left(job["id"])
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            subprocess.run(["pkill", "-9", "-f", "stubborn.py"], check=False)
