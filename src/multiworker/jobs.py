@@ -11,6 +11,7 @@ from typing import Any
 
 from multiworker.backends.base import LogLayout, get_backend
 from multiworker.faults import check_injections, parse_injection
+from multiworker.private_files import write_private_text
 from multiworker.spec.load import LoadedSpec
 from multiworker.store import Store, new_job_id
 
@@ -41,13 +42,13 @@ def create_job(
     while store.has_job(job_id):
         job_id = new_job_id()
     layout = LogLayout(store.home / "jobs" / job_id)
-    layout.job_dir.mkdir(parents=True, exist_ok=True)
+    layout.job_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     spec = loaded.spec
     if spec.output_dir and "://" in spec.output_dir:  # a cloud backend's gs:// output stays a URI
         output_dir = spec.output_dir
     else:
         output_dir = loaded.resolve(spec.output_dir) if spec.output_dir else layout.job_dir / "output"
-    layout.spec_file.write_text(spec.model_dump_json(indent=2, exclude_none=True))
+    write_private_text(layout.spec_file, spec.model_dump_json(indent=2, exclude_none=True))
     record = {"trainer_args": list(trainer_args), "inject_failures": [str(i) for i in injections],
               "notes": [*loaded.notes, *notes], "backend_options": options}
     store.create_job(

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 from multiworker.backends.base import JobState, LogLayout, get_backend
+from multiworker.private_files import open_private
 from multiworker.store import Store
 
 __all__ = ["start_detached", "main"]
@@ -19,12 +20,12 @@ log = logging.getLogger(__name__)
 
 
 def start_detached(store: Store, job_id: str, *, wait_running: float = 10.0) -> int:
-    """Start the job's driver in its own session, output to ``supervisor.log``; wait up to
+    """Start the job's driver in its own session, output to ``supervisor.log`` (0600); wait up to
     ``wait_running`` seconds for it to leave Pending; return its pid."""
     job = store.get_job(job_id)
     log_path = LogLayout(Path(job["job_dir"])).supervisor_log
     env = {**os.environ, "MULTIWORKER_HOME": str(store.home)}
-    with open(log_path, "ab") as out:
+    with open_private(log_path) as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "multiworker.backends.daemon", job_id],
             stdin=subprocess.DEVNULL,

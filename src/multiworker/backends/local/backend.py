@@ -1,5 +1,6 @@
-"""``LocalBackend``: the group controller over a :class:`LocalGroup` in this process, a watchdog
-that kills what a SIGKILLed driver leaves, and cancel / Lost detection from any other process."""
+"""``LocalBackend``: the group controller over a :class:`LocalGroup` in this process (its replicas
+in a private network namespace where permitted, else a loud warning), a watchdog that kills what a
+SIGKILLed driver leaves, and cancel / Lost detection from any other process."""
 
 from __future__ import annotations
 
@@ -14,6 +15,9 @@ from multiworker.backends.controller import GroupController
 from multiworker.backends.driver import driver_alive, driver_gone, stop_driver
 from multiworker.backends.local.group import LocalGroup
 from multiworker.backends.local.watchdog import start_watchdog
+from multiworker.backends.observer import NullObserver
+from multiworker.netns import NETNS_ENV, open_job_network, remove_job_network
+from multiworker.ports import PortReservations
 from multiworker.store import Store
 
 __all__ = ["LocalBackend"]
@@ -21,20 +25,44 @@ __all__ = ["LocalBackend"]
 log = logging.getLogger(__name__)
 
 
+_EXPOSED = ("replicas listen on every network interface without authentication (TensorFlow's gRPC "
+            "servers): any host that reaches this machine can run ops in them while the job runs")
+_warned_exposed = False
+
+
 def _stop_strays(job_id: str, settle: float = 3.0) -> int:
     """Stop every process still carrying the job's id (after ``settle`` seconds to exit by themselves)."""
     deadline = time.monotonic() + settle
-    while (pids := procs.processes_of_job(job_id)) and time.monotonic() < deadline:
+    while (found := procs.job_processes(job_id)) and time.monotonic() < deadline:
         time.sleep(0.1)
-    for pid in pids:
-        procs.signal_group(pid, signal.SIGTERM)
+    for pid, ticks in found.items():
+        procs.signal_group(pid, signal.SIGTERM, ticks)
     deadline = time.monotonic() + 3.0
-    while pids and time.monotonic() < deadline:
-        pids = [p for p in pids if procs.pid_alive(p)]
+    while found and time.monotonic() < deadline:
+        found = {p: t for p, t in found.items() if procs.start_ticks(p) == t and procs.pid_alive(p)}
         time.sleep(0.1)
-    for pid in pids:
-        procs.signal_group(pid, signal.SIGKILL)
-    return len(pids)
+    for pid, ticks in found.items():
+        procs.signal_group(pid, signal.SIGKILL, ticks)
+    return len(found)
+
+
+def _network_event(store: Store, job_id: str, observer: Any, isolated: str | None, why: str) -> None:
+    """Say where the replicas' ports can be reached from: an event, and a console note via the observer."""
+    global _warned_exposed
+    if isolated:
+        reason, warning = "NetworkIsolated", False
+        message = (f"replicas run in network namespace {isolated}: loopback only, unreachable from other hosts "
+                   f"(and without network access; {NETNS_ENV}=0 opts out)")
+    else:
+        reason, warning = "Exposed", True
+        fix = (f"unset {NETNS_ENV}" if NETNS_ENV in why
+               else "run as root with iproute2, or allow unprivileged user namespaces,")
+        message = f"{_EXPOSED} ({why}); {fix} for a private network namespace per job"
+        if observer is None and not _warned_exposed:  # with an observer, the event is the console note
+            _warned_exposed = True
+            log.warning("job %s: %s", job_id, message)
+    store.add_event(job_id, reason, message, warning=warning)
+    (observer or NullObserver()).on_event(reason, message, replica=None, warning=warning)
 
 
 class LocalBackend(Backend):
@@ -44,9 +72,17 @@ class LocalBackend(Backend):
 
     def run(self, store: Store, job_id: str, observer: Any = None) -> JobState:
         watchdog = start_watchdog(job_id)
+        network, why = open_job_network(job_id)
+        ports = None if network is not None else PortReservations(store.home)
         try:
-            return GroupController(store, job_id, LocalGroup(), observer).run()
+            _network_event(store, job_id, observer, network.name if network else None, why)
+            group = LocalGroup(network=network, ports=ports)
+            return GroupController(store, job_id, group, observer).run()
         finally:
+            if network is not None:
+                network.close()
+            if ports is not None:
+                ports.release()
             watchdog.kill()
             watchdog.wait()
 
@@ -68,6 +104,7 @@ class LocalBackend(Backend):
         leftover = _stop_strays(job_id)
         if leftover:
             log.warning("job %s: killed %d process(es) left after the supervisor ended", job_id, leftover)
+        remove_job_network(job_id)
         return store.get_job(job_id)
 
     def reconcile(self, store: Store, job: dict) -> dict:
@@ -81,11 +118,11 @@ class LocalBackend(Backend):
         job = store.get_job(job_id)  # it may have finished between the first read and the pid check
         if JobState(job["state"]).is_terminal:
             return job
-        strays = procs.processes_of_job(job_id)
-        for pid in strays:
-            procs.signal_group(pid, signal.SIGKILL)
-        if strays:
-            why += f"; killed {len(strays)} leftover replica process(es)"
+        strays = procs.job_processes(job_id)
+        killed = sum(procs.signal_group(pid, signal.SIGKILL, ticks) for pid, ticks in strays.items())
+        if killed:
+            why += f"; killed {killed} leftover replica process(es)"
+        remove_job_network(job_id)
         log.info("job %s: %s", job_id, why)
         store.end_job(job_id, JobState.LOST, why, replica_state="Lost")
         return store.get_job(job_id)

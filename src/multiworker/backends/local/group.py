@@ -1,15 +1,20 @@
 """The local replica group: every replica a process on this machine, listening on 127.0.0.1 and a
 free port chosen anew for each attempt, in its own session, killed by the kernel if the launcher
-dies (``procs.spawn``); its output goes straight into its log file, read back incrementally."""
+dies (``procs.spawn``); its output goes straight into its log file, read back incrementally.
+
+With a :class:`~multiworker.netns.JobNetwork`, every replica joins the job's private
+network namespace; without one, ports come from the home's reservations, so concurrent jobs
+cannot be handed the same port."""
 
 from __future__ import annotations
 
 import logging
-import subprocess
 from pathlib import Path
 
 from multiworker import procs
 from multiworker.backends.base import Placement, ReplicaGroup
+from multiworker.netns import JobNetwork
+from multiworker.ports import PortReservations
 from multiworker.cluster import ReplicaId
 
 __all__ = ["LocalGroup"]
@@ -22,18 +27,26 @@ _READ_CHUNK = 1 << 20
 class LocalGroup(ReplicaGroup):
     """Replicas as local processes (see :class:`~multiworker.backends.base.ReplicaGroup`)."""
 
-    def __init__(self, host: str = "127.0.0.1"):
+    def __init__(self, host: str = "127.0.0.1", *, network: JobNetwork | None = None,
+                 ports: PortReservations | None = None):
         self.host = host
-        self._procs: dict[ReplicaId, subprocess.Popen] = {}
+        self.network = network
+        self.ports = ports
+        self._procs: dict[ReplicaId, procs.Child] = {}
         self._logs: dict[ReplicaId, Path] = {}
         self._offsets: dict[ReplicaId, int] = {}
         self._psutil: dict[ReplicaId, object] = {}
 
     def place(self, replicas: list[ReplicaId], attempt: int) -> dict[ReplicaId, Placement]:
-        return {rid: Placement(self.host, port) for rid, port in zip(replicas, procs.free_ports(len(replicas), self.host))}
+        if self.ports is not None:
+            ports = self.ports.reserve(len(replicas), self.host)
+        else:
+            ports = procs.free_ports(len(replicas), self.host)
+        return {rid: Placement(self.host, port) for rid, port in zip(replicas, ports)}
 
     def start(self, replica: ReplicaId, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
-        proc = procs.spawn(cmd, cwd=cwd, env=procs.child_environ(env), log_path=log_path)
+        enter = self.network.enter if self.network is not None else None
+        proc = procs.spawn(cmd, cwd=cwd, env=procs.child_environ(env), log_path=log_path, enter=enter)
         self._procs[replica] = proc
         self._logs[replica] = log_path
         self._offsets[replica] = 0
@@ -46,7 +59,7 @@ class LocalGroup(ReplicaGroup):
         proc = self._procs.get(replica)
         if proc is None or proc.poll() is not None:
             return False
-        return procs.signal_group(proc.pid, signum)
+        return procs.signal_group(proc.pid, signum, proc.start_ticks)
 
     def stop(self, replicas: list[ReplicaId], grace: float) -> None:
         procs.stop_groups([self._procs[r] for r in replicas if r in self._procs], grace)
@@ -85,11 +98,14 @@ class LocalGroup(ReplicaGroup):
         return rows
 
     def close(self) -> None:
-        """Forget this attempt's processes (the controller has stopped them; any left are killed)."""
+        """Forget this attempt's processes (the controller has stopped them; any left are killed)
+        and give back its ports."""
         left = [p for p in self._procs.values() if p.poll() is None]
         if left:
             log.warning("closing the group with %d replica(s) still running; killing them", len(left))
             procs.stop_groups(left, 0.0)
+        if self.ports is not None:
+            self.ports.release()
         self._procs.clear()
         self._logs.clear()
         self._offsets.clear()

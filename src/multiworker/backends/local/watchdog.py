@@ -1,6 +1,7 @@
 """A watchdog that outlives the local driver by a moment: when it dies (even by
 SIGKILL), it kills every process still carrying the job's MULTIWORKER_JOB_ID, grandchildren
-included (PR_SET_PDEATHSIG only reaches a replica's direct process).
+included (PR_SET_PDEATHSIG only reaches a replica's direct process), and deletes the job's
+network namespace.
 
 ``python -m multiworker.backends.local.watchdog SUPERVISOR_PID JOB_ID``
 """
@@ -13,7 +14,8 @@ import subprocess
 import sys
 import time
 
-from multiworker.procs import pid_alive, processes_of_job
+from multiworker.netns import remove_job_network
+from multiworker.procs import job_processes, pid_alive, signal_group, start_ticks
 
 __all__ = ["start_watchdog"]
 
@@ -30,19 +32,17 @@ def start_watchdog(job_id: str) -> subprocess.Popen:
 
 def main(argv: list[str]) -> int:
     supervisor, job_id = int(argv[0]), argv[1]
-    while pid_alive(supervisor):
+    ticks = start_ticks(supervisor)
+    while pid_alive(supervisor) and start_ticks(supervisor) == ticks:
         time.sleep(0.5)
     for _ in range(3):  # a few passes: a dying group may still be forking
-        pids = processes_of_job(job_id)
-        if not pids:
+        found = job_processes(job_id)
+        if not found:
             break
-        for pid in pids:
-            for kill in (os.killpg, os.kill):
-                try:
-                    kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+        for pid, ticks in found.items():
+            signal_group(pid, signal.SIGKILL, ticks)
         time.sleep(0.2)
+    remove_job_network(job_id)
     return 0
 
 
