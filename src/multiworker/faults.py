@@ -3,7 +3,8 @@
 ``ROLE-INDEX@WHEN[:SIGNAL]`` where WHEN is a duration after the first attempt started (``15s``),
 or a point in training read from the replica's metric lines, which is the same on any machine:
 ``epoch:N`` once the replica has finished epoch N, ``step:N`` once it reports step N or later
-(steps counted from the start of training, across epochs).
+(steps counted from the start of training, across epochs). A replica that reports no metric lines
+(often only the chief or worker 0 does) follows the job's progress as the others report it.
 """
 
 from __future__ import annotations
@@ -111,11 +112,14 @@ class Injector:
             self._step[replica] = max(self._step.get(replica, 0), done + step)
 
     def _reached(self, inj: Injection, elapsed: float) -> bool:
+        # Synchronous training moves every replica together, and often only the chief (or worker 0)
+        # reports: a replica that reports nothing follows the job's progress.
         name = inj.replica.name
         if inj.trigger == "epoch":
-            return self._epoch_done.get(name, 0) >= inj.after
+            done = self._epoch_done.get(name, max(self._epoch_done.values(), default=0))
+            return done >= inj.after
         if inj.trigger == "step":
-            return self._step.get(name, -1) >= inj.after
+            return self._step.get(name, max(self._step.values(), default=-1)) >= inj.after
         return elapsed >= inj.after
 
     def due(self, elapsed: float) -> list[Injection]:

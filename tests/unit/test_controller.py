@@ -228,6 +228,8 @@ def test_injection_at_an_epoch_fires_when_the_replica_reports_it(tmp_path):
     assert len(fired) == 1 and "worker-1@epoch:1" in fired[0]["message"]
     assert store.get_job(job_id)["restarts"] == 1
     assert not group.logs[W1]  # the epoch line had been read before the kill
+    never = [e["message"] for e in store.events(job_id) if e["reason"] == "InjectionNotFired"]
+    assert never == ["worker-0@step:25:KILL: never fired, the job ended first"]
 
 
 def test_never_policy_fails_at_once_and_ps_success_exit_is_not_success(tmp_path):

@@ -40,3 +40,15 @@ def test_target_must_exist():
     check_injections(spec, [parse_injection("worker-1@1s")])
     with pytest.raises(UserError, match="has no worker-2"):
         check_injections(spec, [parse_injection("worker-2@1s")])
+
+
+def test_injector_follows_the_jobs_progress_for_a_silent_replica():
+    from multiworker.faults import Injector
+
+    injector = Injector([parse_injection("worker-1@epoch:2"), parse_injection("worker-1@step:15")])
+    injector.observe("worker-0", {"kind": "epoch", "epoch": 1, "steps": 10})
+    assert [i.trigger for i in injector.due(0.0)] == []
+    injector.observe("worker-0", {"kind": "progress", "epoch": 2, "step": 5, "steps": 10})
+    assert [i.trigger for i in injector.due(0.0)] == ["step"]
+    injector.observe("worker-0", {"kind": "epoch", "epoch": 2, "steps": 10})
+    assert [i.trigger for i in injector.due(0.0)] == ["epoch"] and injector.pending == []

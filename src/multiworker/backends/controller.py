@@ -321,6 +321,9 @@ class GroupController:
 
     def _finish(self, state: JobState, message: str, *, reason: str, warning: bool = False) -> JobState:
         self.ingest.flush_progress()
+        for inj in self.injector.pending:
+            self._event("InjectionNotFired", f"{inj}: never fired, the job ended first", replica=inj.replica.name,
+                        warning=True)
         self.store.update_job(self.job_id, state=state.value, finished_at=time.time(), message=message,
                               restarts=self.restarts, heartbeat_at=time.time())
         self._event(reason, message, warning=warning)
