@@ -19,8 +19,9 @@ __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="multiworker",
-    help="Run distributed multi-worker TensorFlow jobs on this machine with the cloud's exact TF_CONFIG, "
-    "and convert them to and from Vertex AI, AI Platform and Kubeflow TFJob.",
+    help="Run distributed multi-worker TensorFlow jobs with the cloud's exact TF_CONFIG: on this machine, "
+    "on a Ray cluster, on Kubernetes (JobSet or TFJob) or on Vertex AI; watch, serve and tune them; convert "
+    "to and from Vertex AI, AI Platform, TFJob and JobSet.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
