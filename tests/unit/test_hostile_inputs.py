@@ -447,3 +447,21 @@ def test_corpus_size():
     """The issue asks for at least 150 malformed inputs across formats and flags."""
     total = 2 * len(NATIVE) + 2 * len(FLAGS) + len(RUN_ONLY_FLAGS) + len(DOCKERFILES) + 7 + len(JOB_REFS) + 4 + 3 + 2
     assert total >= 150, total
+
+
+def test_validate_does_not_unpack_packages(project, capsys, monkeypatch, mw_home):
+    """A package is checked from its index: validate writes nothing, and a module it lacks is an error."""
+    package = project / "t-0.1.tar.gz"
+    with tarfile.open(package, "w:gz") as tf:
+        for name, body in (("t-0.1/t/__init__.py", b""), ("t-0.1/t/task.py", b"print('hi')\n")):
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tf.addfile(info, io.BytesIO(body))
+    spec = project / "aip.yaml"
+    spec.write_text(f"trainingInput: {{scaleTier: BASIC, packageUris: [{package}], pythonModule: t.task}}\n")
+    code, out, err = run_cli(["validate", str(spec)], capsys, monkeypatch)
+    assert code == 0, err
+    assert not (mw_home / "packages").exists()
+    spec.write_text(f"trainingInput: {{scaleTier: BASIC, packageUris: [{package}], pythonModule: nope.task}}\n")
+    code, out, err = run_cli(["validate", str(spec)], capsys, monkeypatch)
+    assert code == 2 and "nope.task" in err, err

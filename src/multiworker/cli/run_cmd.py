@@ -29,7 +29,7 @@ def backend_options(**given) -> dict:
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
                   dockerfile: Optional[Path], map_paths: list[str], *, local: bool = True,
-                  max_replicas: Optional[int] = None):
+                  max_replicas: Optional[int] = None, unpack: bool = True):
     """Shared by run and validate: every format, made local with every mapping option (``local``:
     False for a platform-managed backend, which keeps images and gs:// paths as they are)."""
     from multiworker.spec.formats import load_job
@@ -37,7 +37,7 @@ def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], ima
 
     return load_job(spec_file, format=fmt, overrides=overrides or (), images=images or (),
                     dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or (), check=local,
-                    max_replicas=max_replicas or DEFAULT_MAX_REPLICAS)
+                    max_replicas=max_replicas or DEFAULT_MAX_REPLICAS, unpack=unpack)
 
 
 def run(

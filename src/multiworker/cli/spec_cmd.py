@@ -24,7 +24,7 @@ def validate(
     from multiworker.cli.run_cmd import load_from_cli
     from multiworker.cluster import thread_budget
 
-    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path)
+    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, unpack=False)  # nothing written
     spec = loaded.spec
     if as_json:
         typer.echo(json.dumps({"format": loaded.format, "notes": list(loaded.notes),

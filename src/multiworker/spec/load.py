@@ -236,14 +236,20 @@ def spec_from_dict(data: Any, *, source: str) -> JobSpec:
         raise SpecError(message, source=source, field=field or None) from None
 
 
-def check_programs(loaded: LoadedSpec) -> None:
-    """Every pool's working directory exists and its module can be found there (or is installed)."""
+def check_programs(loaded: LoadedSpec, *, archives_checked: bool = False) -> None:
+    """Every pool's working directory exists and its module can be found there (or is installed).
+
+    ``archives_checked``: a pool whose working dir is a package archive was checked from its index
+    (``validate`` does not unpack packages).
+    """
     spec = loaded.spec
     for role in spec.replica_counts():
         program = spec.resolved(role)
         pool_has = spec.pools[role]
         wd_field = f"pools.{role}.working_dir" if pool_has.working_dir is not None else "working_dir"
         workdir = loaded.resolve(program.working_dir)
+        if archives_checked and workdir.is_file() and workdir.name.endswith((".whl", ".zip", ".tar.gz", ".tgz", ".tar")):
+            continue
         if not workdir.is_dir():
             raise SpecError(
                 f"directory {workdir} does not exist; fix the path (it is relative to the spec file)",

@@ -56,6 +56,7 @@ def load_job(
     cwd: str | Path | None = None,
     max_replicas: int = DEFAULT_MAX_REPLICAS,
     data: Any = None,
+    unpack: bool = True,
 ) -> LoadedSpec:
     """Load a job spec of any format into a validated native spec that runs on this machine.
 
@@ -70,7 +71,7 @@ def load_job(
     parsed = parse_job(path, format=format, data=data)
     return load_parsed(parsed, source=str(path), path=path, base_dir=path.resolve().parent, overrides=overrides,
                        images=images, dockerfile=dockerfile, map_paths=map_paths, check=check, cwd=cwd,
-                       max_replicas=max_replicas)
+                       max_replicas=max_replicas, unpack=unpack)
 
 
 def load_parsed(
@@ -86,6 +87,7 @@ def load_parsed(
     check: bool = True,
     cwd: str | Path | None = None,
     max_replicas: int = DEFAULT_MAX_REPLICAS,
+    unpack: bool = True,
 ) -> LoadedSpec:
     """``load_job`` for a job already read (a file, or a gcloud command line): overrides, mappings, checks."""
     from multiworker.spec.formats.localize import PathMap, localize, parse_images
@@ -106,6 +108,7 @@ def load_parsed(
         cwd=cwd,
         home=home_dir(),
         strict=check,
+        unpack=unpack,
     )
     spec = spec_from_dict(native, source=source)
     loaded = LoadedSpec(
@@ -117,5 +120,5 @@ def load_parsed(
     )
     check_replica_cap(loaded, max_replicas)
     if check:
-        check_programs(loaded)
+        check_programs(loaded, archives_checked=not unpack)
     return loaded

@@ -82,7 +82,8 @@ def parse_images(items: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
 
 
 def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dockerfile: str | None,
-             paths: PathMap, source: str, cwd: Path, home: Path, strict: bool) -> tuple[dict, list[str]]:
+             paths: PathMap, source: str, cwd: Path, home: Path, strict: bool,
+             unpack: bool = True) -> tuple[dict, list[str]]:
     """A copy of ``native`` that runs here, and notes about what changed on the way."""
     native = copy.deepcopy(native)
     notes: list[str] = []
@@ -99,7 +100,8 @@ def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dock
         prog = _resolved(native, pool)
         where = f"pools.{role}"
         if role in parsed.packages:
-            _use_packages(pool, prog, parsed.packages[role], paths, source=source, cwd=cwd, home=home, strict=strict)
+            _use_packages(pool, prog, parsed.packages[role], paths, source=source, cwd=cwd, home=home, strict=strict,
+                          unpack=unpack)
             continue
         image = prog["image"]
         entry = _entry_for(image, images, used)
@@ -232,8 +234,11 @@ def _map_paths(native: dict, parsed: Parsed, paths: PathMap, *, source: str, str
 
 
 def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths: PathMap, *, source: str,
-                  cwd: Path, home: Path, strict: bool) -> None:
+                  cwd: Path, home: Path, strict: bool, unpack: bool = True) -> None:
+    """Run the pool's module from its packages. Without ``unpack`` (validate), an archive is checked
+    from its index only (safe members, bounded size, the module inside), and nothing is written."""
     module = prog["module"]
+    top = module.split(".")[0]
     roots: list[Path] = []
     for uri, field in packages:
         local = paths.map(uri, source=source, field=field, strict=strict)
@@ -245,8 +250,15 @@ def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths
         if not path.is_dir() and not path.is_file():
             raise SpecError(f"package {path} is neither a source directory nor an sdist or wheel file",
                             source=source, field=field)
+        if path.is_file() and not unpack:
+            names = {name.strip("/") for name, _ in _archive_members(path)}
+            if any(n.split("/")[i:i + 1] == [top] or n.split("/")[i:i + 1] == [f"{top}.py"]
+                   for n in names for i in range(3)):
+                pool["module"], pool["args"], pool["working_dir"] = module, prog["args"], str(path)
+                pool.pop("command", None)
+                return
+            continue
         roots.append(_package_root(path, home) if path.is_file() else path)
-    top = module.split(".")[0]
     found = [(root, c) for root in roots for c in _candidates(root)
              if (c / top).is_dir() or (c / f"{top}.py").is_file()]
     if not found:
@@ -273,7 +285,7 @@ def _candidates(root: Path) -> list[Path]:
 
 # Bounds on a package archive, checked from its index before anything is written.
 MAX_PACKAGE_MEMBERS = 20_000
-MAX_UNPACKED_BYTES = 512 << 20
+MAX_UNPACKED_BYTES = 256 << 20
 
 
 def _archive_members(path: Path) -> list[tuple[str, int]]:
