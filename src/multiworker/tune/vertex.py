@@ -10,6 +10,7 @@ from pydantic.alias_generators import to_snake
 
 from multiworker.errors import SpecError
 from multiworker.spec.formats._common import CamelModel, Str, validate
+from multiworker.spec.formats.vertex import VertexJobOutput
 from multiworker.tune.model import (
     ALGORITHMS, DEFAULT_METRIC_TAG, GOALS, MEASUREMENTS, SCALES, Study, check_study, choose, make_param, plain_number,
 )
@@ -66,7 +67,7 @@ class StudySpec(CamelModel):
     study_stopping_config: dict | None = None
 
 
-class TuningJob(CamelModel):
+class TuningJob(VertexJobOutput):
     """A HyperparameterTuningJob; output-only fields are accepted and ignored."""
 
     display_name: str | None = None
@@ -77,16 +78,7 @@ class TuningJob(CamelModel):
     trial_job_spec: dict | None = None
     labels: dict[str, str] | None = None
     encryption_spec: dict | None = None
-    name: str | None = None
-    state: str | None = None
-    create_time: str | None = None
-    start_time: str | None = None
-    end_time: str | None = None
-    update_time: str | None = None
-    error: dict | None = None
-    trials: list[dict] | None = None
-    satisfies_pzs: bool | None = None
-    satisfies_pzi: bool | None = None
+    trials: list[dict] | None = None  # output only
 
 
 def read(data: dict, *, source: str, notes: list[str]) -> tuple[Study, TuningJob]:

@@ -91,12 +91,10 @@ class CustomJobSpec(CamelModel):
     models: Many[str] | None = None
 
 
-class CustomJob(CamelModel):
-    display_name: str | None = None
-    job_spec: CustomJobSpec
-    labels: dict[str, str] | None = None
-    encryption_spec: dict | None = None
-    # Output only (as `gcloud ai custom-jobs describe` prints them); ignored.
+class VertexJobOutput(CamelModel):
+    """The output-only fields of a Vertex AI job resource (as `gcloud ai ... describe` prints them);
+    accepted so a described job reads back, and ignored."""
+
     name: str | None = None
     state: str | None = None
     create_time: str | None = None
@@ -104,9 +102,16 @@ class CustomJob(CamelModel):
     end_time: str | None = None
     update_time: str | None = None
     error: dict | None = None
-    web_access_uris: dict | None = None
     satisfies_pzs: bool | None = None
     satisfies_pzi: bool | None = None
+
+
+class CustomJob(VertexJobOutput):
+    display_name: str | None = None
+    job_spec: CustomJobSpec
+    labels: dict[str, str] | None = None
+    encryption_spec: dict | None = None
+    web_access_uris: dict | None = None  # output only
 
 
 class SdkJob(CamelModel):
