@@ -71,9 +71,39 @@ def test_auto_backup_resumes_mid_epoch(job, capsys):  # noqa: F811
     with pytest.raises(RuntimeError, match="replica lost"):
         trainer.fit(make_model(), data, epochs=2, global_batch_size=16, callbacks=[Crash()], verbose=0)
     assert metric_lines(capsys, "epoch") == []
-    history = trainer.fit(make_model(), data, epochs=2, global_batch_size=16, verbose=0)
+    from multiworker.trainer._backup import StepBackup
+
+    backup = StepBackup(str(job / "checkpoints" / "backup"), parse_backup_every("auto"))
+    history = make_model().fit(data, epochs=2, verbose=0, callbacks=[backup, *trainer.callbacks(16, backup=False)])
     assert history.epoch == [0, 1]
+    assert backup.backups == 2 and backup.save_seconds > 0  # epoch ends (the interval is far beyond 10 steps)
     epochs = metric_lines(capsys, "epoch")
     assert [(m["epoch"], m.get("start_step"), m["steps"]) for m in epochs] == [(1, 10, 20), (2, None, 20)]
     assert not (job / "checkpoints" / "backup" / "chief").exists() or not os.listdir(
         job / "checkpoints" / "backup" / "chief")
+
+
+CPUINFO = "processor\t: 0\nvendor_id\t: GenuineIntel\nflags\t\t: fpu sse avx2 {extra}\n\nprocessor\t: 1\n"
+
+
+@pytest.mark.parametrize("asked, extra, expected", [
+    ("auto", "avx512f avx512_bf16", "mixed_bfloat16"),
+    ("auto", "amx_bf16 amx_tile", "mixed_bfloat16"),
+    ("auto", "avx512f", "float32"),
+    ("float32", "avx512_bf16", "float32"),
+    ("mixed_float16", "", "mixed_float16"),
+], ids=["avx512-bf16", "amx", "no-bf16", "forced-f32", "forced-f16"])
+def test_choose_precision(asked, extra, expected):
+    from multiworker.trainer._precision import choose_precision, cpu_flags
+
+    flags = cpu_flags(CPUINFO.format(extra=extra))
+    assert "avx2" in flags
+    assert choose_precision(asked, flags) == expected
+
+
+def test_choose_precision_rejects_unknown():
+    from multiworker.trainer._precision import choose_precision
+
+    with pytest.raises(ValueError, match="expected one of auto, float32"):
+        choose_precision("bf16", set())
+    assert choose_precision("auto", set()) == "float32"

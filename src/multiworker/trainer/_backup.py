@@ -60,6 +60,9 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._next = self.probe_steps
         self._mark: tuple[float, int] | None = None
         self._saved_at = 0
+        self.backups = 0
+        self.save_seconds = 0.0  # spent saving, over the whole fit
+        self._fit_start = 0.0
 
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
@@ -68,6 +71,19 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         if epoch >= 0 and batch >= 0:
             logger.info("resuming from the backup taken at epoch %d, step %d", epoch + 1, batch + 1)
         self._calls, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
+        self.backups, self.save_seconds, self._fit_start = 0, 0.0, time.monotonic()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        seconds = time.monotonic() - self._fit_start
+        logger.info("backups: %d taken, %.3f s saving = %.2f%% of %.1f s of training", self.backups,
+                    self.save_seconds, 100 * self.save_seconds / max(seconds, 1e-9), seconds)
+        super().on_train_end(logs)
+
+    def _backup(self, epoch: int, batch: int = 0) -> None:
+        start = time.monotonic()
+        super()._backup(epoch=epoch, batch=batch)
+        self.backups += 1
+        self.save_seconds += time.monotonic() - start
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         if self._saved_at != self._calls:  # the step counts, hence the decision, agree on all workers
