@@ -24,6 +24,14 @@ JOB = REPO / "examples" / "mnist" / "job.yaml"
 TUTORIAL = ["--optimizer", "sgd", "--learning-rate", "0.01", "--epochs", "3", "--batch-size", "64"]
 
 
+def split_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(the benchmark's own arguments, the trainer arguments after ``--``)."""
+    if "--" not in argv:
+        return argv, []
+    i = argv.index("--")
+    return argv[:i], argv[i + 1:]
+
+
 def _cpu() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     return usage.ru_utime + usage.ru_stime

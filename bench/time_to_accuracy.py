@@ -13,14 +13,11 @@ import json
 import statistics
 import sys
 
-from _runs import TUTORIAL, run_baseline, run_multiworker
+from _runs import TUTORIAL, run_baseline, run_multiworker, split_args
 
 
 def main(argv: list[str]) -> int:
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+    argv, extra = split_args(argv)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--target", type=float, default=0.99)
