@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from _runs import split_args
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -45,10 +47,7 @@ def run_multiworker(workers: int, extra: list[str]) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
+    argv, extra = split_args(argv)
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)

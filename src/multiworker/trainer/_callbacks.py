@@ -6,6 +6,7 @@ import logging
 from typing import Any
 
 from multiworker.trainer import _fs
+from multiworker.trainer._backup_policy import parse_backup_every
 from multiworker.trainer._context import Context, context
 
 logger = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ def callbacks(
     *,
     ctx: Context | None = None,
     backup: bool = True,
+    backup_every: str | int | float | None = "auto",
     checkpoints: bool = True,
     tensorboard: bool = True,
     metrics: bool = True,
@@ -37,8 +39,10 @@ def callbacks(
 ) -> list[Any]:
     """Callbacks for ``model.fit``, in the order they must run.
 
-    - BackupAndRestore into ``<checkpoint_dir>/backup``: a restarted group resumes at the epoch
-      it reached;
+    - BackupAndRestore into ``<checkpoint_dir>/backup``: a restarted group resumes where the last
+      backup left it. ``backup_every``: "auto" (about every 5 s of training, stretched so saving
+      costs at most 1% of it), "epoch", a number of steps, or seconds ("10s"); see
+      :func:`multiworker.trainer._backup_policy.parse_backup_every`;
     - per-epoch checkpoints ``<checkpoint_dir>/ckpt-<epoch>`` for an evaluator replica (kept
       always: evaluators are configuration, and the chief cannot see them in TF_CONFIG);
     - ``progress``/``epoch`` metric lines (chief only; pass the global batch size for images/s);
@@ -47,12 +51,15 @@ def callbacks(
     """
     import tf_keras as keras
 
+    from multiworker.trainer._backup import backup_callback
     from multiworker.trainer._keras_callbacks import EpochCheckpoint, MetricsReporter
 
+    schedule = parse_backup_every(backup_every)
     ctx = ctx or context()
     result: list[Any] = []
     if backup:
-        result.append(keras.callbacks.BackupAndRestore(_fs.join(ctx.checkpoint_dir, BACKUP_SUBDIR)))
+        result.append(backup_callback(_fs.join(ctx.checkpoint_dir, BACKUP_SUBDIR), schedule,
+                                      parameter_server=ctx.has_ps))
     if checkpoints:
         result.append(EpochCheckpoint(ctx.checkpoint_dir, is_chief=ctx.is_chief, max_to_keep=max_checkpoints))
     if metrics and ctx.is_chief:

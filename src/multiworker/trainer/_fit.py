@@ -43,6 +43,7 @@ def fit(
     eval_data: Any = None,
     eval_steps: int | None = None,
     callbacks: list[Any] | None = None,
+    backup_every: str | int | float | None = "auto",
     ctx: Context | None = None,
     verbose: int | str | None = None,
     **kwargs: Any,
@@ -58,7 +59,9 @@ def fit(
 
     Under ParameterServerStrategy it also turns on exact evaluation (as
     ``compile(pss_evaluation_shards="auto")`` would), so ``model.evaluate(test_ds)`` works after
-    it as under the other strategies. Extra keyword arguments go to ``model.fit``.
+    it as under the other strategies. ``backup_every`` says how often training state is backed
+    up for a restart to resume from: "auto" (about every 5 s of training), "epoch", a number of
+    steps, or seconds ("10s"). Extra keyword arguments go to ``model.fit``.
     """
     ctx = ctx or context()
     if ctx.is_evaluator:
@@ -74,7 +77,7 @@ def fit(
         _enable_exact_evaluation(model)
     if verbose is None:
         verbose = 2 if ctx.is_chief else 0
-    all_callbacks = default_callbacks(global_batch_size, ctx=ctx) + list(callbacks or [])
+    all_callbacks = default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every) + list(callbacks or [])
     history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
                         callbacks=all_callbacks, verbose=verbose, **kwargs)
     mark_training_done(ctx)

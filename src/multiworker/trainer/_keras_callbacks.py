@@ -23,7 +23,8 @@ class MetricsReporter(keras.callbacks.Callback):
     """Emit ``progress`` lines (at most every ``interval`` seconds) and one ``epoch`` line per epoch.
 
     images_per_sec is ``global_batch_size * steps run / epoch seconds``; it is left out when
-    the global batch size is not given.
+    the global batch size is not given. An epoch resumed from a mid-epoch backup says at which
+    step it started (``start_step``, 0-based; absent when 0).
     """
 
     def __init__(self, global_batch_size: int | None = None, *, interval: float = 2.0):
@@ -35,6 +36,7 @@ class MetricsReporter(keras.callbacks.Callback):
         self._steps: int | None = None
         self._epoch = 0
         self._batches = 0
+        self._first_batch: int | None = None
         self._epoch_start = 0.0
         self._last_progress = 0.0
 
@@ -45,7 +47,12 @@ class MetricsReporter(keras.callbacks.Callback):
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch = epoch
         self._batches = 0
+        self._first_batch = None
         self._epoch_start = self._last_progress = time.monotonic()
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        if self._first_batch is None:
+            self._first_batch = batch
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._batches = batch + 1
@@ -58,8 +65,11 @@ class MetricsReporter(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
         seconds = time.monotonic() - self._epoch_start
         fields = {k: _scalar(v) for k, v in (logs or {}).items()}
+        start = self._first_batch or 0
+        if start:
+            fields["start_step"] = start
         if self.global_batch_size and seconds > 0:
-            fields["images_per_sec"] = round(self.global_batch_size * self._batches / seconds, 1)
+            fields["images_per_sec"] = round(self.global_batch_size * (self._batches - start) / seconds, 1)
         emit("epoch", **fields, epoch=epoch + 1, epochs=self._epochs, steps=self._batches,
              seconds=round(seconds, 3))
 

@@ -1,0 +1,60 @@
+"""Recovery cost: `multiworker run examples/mnist/job.yaml` clean, then with one SIGKILL of worker-1
+at 30% and at 70% of the clean run's training (--inject-failure, seconds after the first attempt
+started = clean start-up + fraction x clean training time).
+
+Reports each run's wall, the extra wall over the clean run as a fraction of it (target <= 0.15),
+test accuracy, restarts, load average before/after, and the backups' own cost on the clean run
+(StepBackup's logged seconds spent saving over training seconds, target <= 2%).
+Usage: python bench/recovery.py [--backup-every auto] [--at 0.3 0.7] [-- trainer args]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+from _runs import run_multiworker, split_args
+
+COST = re.compile(r"backups: (\d+) taken, ([\d.]+) s saving = ([\d.]+)% of ([\d.]+) s of training")
+
+
+def backup_cost(home: str) -> dict | None:
+    """The chief's last ``backups: ...`` log line of the final attempt."""
+    logs = sorted(Path(home, "jobs").glob("*/attempt_*/worker-0.log"))
+    found = COST.findall(logs[-1].read_text()) if logs else []
+    if not found:
+        return None
+    n, seconds, percent, train = found[-1]
+    return {"backups": int(n), "save_seconds": float(seconds), "percent_of_training": float(percent),
+            "training_seconds": float(train)}
+
+
+def main(argv: list[str]) -> int:
+    argv, extra = split_args(argv)
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--backup-every", default="auto")
+    parser.add_argument("--at", type=float, nargs="+", default=[0.3, 0.7])
+    args = parser.parse_args(argv)
+    trainer_args = [*extra, "--backup-every", args.backup_every]
+    clean = run_multiworker(trainer_args)
+    clean["backup_cost"] = backup_cost(clean["home"])
+    print(f"clean: {json.dumps(clean)}", file=sys.stderr, flush=True)
+    killed = []
+    for fraction in args.at:
+        at = clean["startup_seconds"] + fraction * clean["train_seconds"]
+        run = run_multiworker(trainer_args, extra=["--inject-failure", f"worker-1@{at:.1f}s:KILL",
+                                                   "--set", "run_policy.backoff=0.5s"])
+        run.update(kill_fraction=fraction, kill_at_seconds=round(at, 1),
+                   extra_wall_fraction=round((run["wall_seconds"] - clean["wall_seconds"]) / clean["wall_seconds"], 3))
+        killed.append(run)
+        print(f"kill at {fraction:.0%}: {json.dumps(run)}", file=sys.stderr, flush=True)
+    print(json.dumps({"command": "python bench/recovery.py " + " ".join(sys.argv[1:]),
+                      "clean": clean, "killed": killed}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,124 @@
+"""Step-level backups: BackupAndRestore saving every N steps or every few seconds of training.
+
+tf-keras' own BackupAndRestore saves at epoch ends (a kill loses up to an epoch of every worker)
+or every ``save_freq`` steps, and with ``save_freq`` an integer it restores the step within the
+epoch too. ``StepBackup`` adds a time-based interval: under MultiWorkerMirroredStrategy every
+worker must save at the same step, so the interval is a step count the workers agree on (the
+mean of their proposals, one small all-reduce per backup), re-derived at each backup from the
+measured step and save times. Imports tf_keras; loaded lazily by the package.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+import tensorflow as tf
+import tf_keras as keras
+
+from multiworker.trainer._backup_policy import BackupSchedule, steps_between_backups
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["StepBackup", "backup_callback"]
+
+#: Steps run before the first timed backup (the first step, which traces the graph, is not timed).
+PROBE_STEPS = 10
+
+
+def backup_callback(backup_dir: str, schedule: BackupSchedule, *, parameter_server: bool = False) -> Any:
+    """The backup callback for ``schedule``.
+
+    tf-keras skips its batch hooks under ParameterServerStrategy, so there a step schedule would
+    never save (nor restore the epoch): it falls back to a backup per epoch.
+    """
+    if schedule.mode == "epoch":
+        return keras.callbacks.BackupAndRestore(backup_dir)
+    if parameter_server:
+        logger.info("ParameterServerStrategy: backups per epoch (tf-keras has no step-level backup there)")
+        return keras.callbacks.BackupAndRestore(backup_dir)
+    if schedule.mode == "steps":
+        return keras.callbacks.BackupAndRestore(backup_dir, save_freq=schedule.steps)
+    return StepBackup(backup_dir, schedule)
+
+
+class StepBackup(keras.callbacks.BackupAndRestore):
+    """BackupAndRestore that saves about every ``schedule.seconds`` of training, at a step count
+    all workers agree on, and at every epoch end; a restarted group resumes at the step of the
+    last backup."""
+
+    def __init__(self, backup_dir: str, schedule: BackupSchedule, *, probe_steps: int = PROBE_STEPS):
+        # An integer save_freq makes tf-keras record and restore the step within the epoch.
+        super().__init__(backup_dir, save_freq=max(1, probe_steps))
+        self.schedule = schedule
+        self.probe_steps = max(1, probe_steps)
+        self.interval: int | None = None  # agreed steps between backups, once measured
+        self._last_batch = 0
+        self._calls = 0
+        self._next = self.probe_steps
+        self._mark: tuple[float, int] | None = None
+        self._saved_at = 0
+        self.backups = 0
+        self.save_seconds = 0.0  # spent saving, over the whole fit
+        self._fit_start = 0.0
+
+    def on_train_begin(self, logs: Any = None) -> None:
+        super().on_train_begin(logs)
+        epoch = int(self._training_state._ckpt_saved_epoch.numpy())
+        batch = int(self._training_state._ckpt_saved_batch.numpy())
+        if epoch >= 0 and batch >= 0:
+            logger.info("resuming from the backup taken at epoch %d, step %d", epoch + 1, batch + 1)
+        self._calls, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
+        self.backups, self.save_seconds, self._fit_start = 0, 0.0, time.monotonic()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        seconds = time.monotonic() - self._fit_start
+        logger.info("backups: %d taken, %.3f s saving = %.2f%% of %.1f s of training", self.backups,
+                    self.save_seconds, 100 * self.save_seconds / max(seconds, 1e-9), seconds)
+        super().on_train_end(logs)
+
+    def _backup(self, epoch: int, batch: int = 0) -> None:
+        start = time.monotonic()
+        super()._backup(epoch=epoch, batch=batch)
+        self.backups += 1
+        self.save_seconds += time.monotonic() - start
+
+    def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        if self._saved_at != self._calls:  # the step counts, hence the decision, agree on all workers
+            self._backup(epoch=epoch, batch=self._last_batch)
+            self._saved_at = self._calls
+            self._mark = (time.monotonic(), self._calls)
+
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._calls += 1
+        self._last_batch = batch
+        if self._calls == 1:
+            self._mark = (time.monotonic(), 1)
+        if self._calls < self._next:
+            return
+        start = time.monotonic()
+        mark_time, mark_calls = self._mark or (start, 0)
+        step_seconds = (start - mark_time) / max(self._calls - mark_calls, 1)
+        self._backup(epoch=self._current_epoch, batch=batch)
+        save_seconds = time.monotonic() - start
+        self._saved_at = self._calls
+        proposal = steps_between_backups(step_seconds, save_seconds, self.schedule)
+        interval = _agree(self.model.distribute_strategy, proposal)
+        if interval != self.interval:
+            logger.info("backups every %d steps (%.3f s/step, %.3f s/save)", interval, step_seconds, save_seconds)
+        self.interval = interval
+        self._next = self._calls + interval
+        self._mark = (time.monotonic(), self._calls)
+
+
+def _agree(strategy: Any, steps: int) -> int:
+    """The same step count on every worker: the rounded-up mean of their proposals (exact in
+    float32 for any realistic count). A single process needs no agreement."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return steps
+    values = strategy.experimental_distribute_values_from_function(
+        lambda _ctx: tf.constant([float(steps), 1.0], tf.float32))
+    total, count = strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
+    return max(1, math.ceil(float(total) / float(count)))

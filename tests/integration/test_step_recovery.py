@@ -1,0 +1,47 @@
+"""A SIGKILL in the middle of an epoch: the restarted 2-worker MNIST group resumes mid-epoch from
+the last step-level backup instead of from the epoch's start."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from helpers import REPO, mw_popen, no_processes_left, status, wait_for
+from multiworker.store import Store
+
+pytestmark = pytest.mark.integration
+JOB = str(REPO / "examples" / "mnist" / "job.yaml")
+STEPS = 150
+
+
+def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
+    proc = mw_popen("run", JOB, "-q", "--set", "run_policy.backoff=0.5s", "--",
+                    "--epochs", "1", "--steps-per-epoch", str(STEPS), "--backup-every", "10", home=mw_home)
+    try:
+        def progressed():  # a progress line past step 20: the backup of step 10 exists
+            store = Store(mw_home)
+            jobs = store.list_jobs()
+            row = jobs and store.progress(jobs[0]["id"]).get("worker-0")
+            return jobs[0] if row and row["attempt"] == 0 and (row["step"] or 0) >= 20 else None
+
+        job = wait_for(progressed, timeout=90, interval=0.2)
+        pid = next(r["pid"] for r in Store(mw_home).replicas(job["id"]) if r["role"] == "worker" and r["idx"] == 1)
+        os.kill(pid, signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:]
+    doc = status(mw_home)
+    assert doc["state"] == "Succeeded" and doc["restarts"] == 1
+    lines = [(m["attempt"], m["data"]) for m in Store(mw_home).metrics(doc["id"], "epoch") if m["replica"] == "worker-0"]
+    before = [d for a, d in lines if a == 0]
+    after = [d for a, d in lines if a == 1]
+    assert not before, f"the kill came after the epoch ended: {lines}"
+    assert len(after) == 1 and after[0]["steps"] == STEPS
+    start = after[0].get("start_step") or 0
+    assert 10 <= start < STEPS, f"restarted from step {start}, not from the last backup: {lines}"
+    assert no_processes_left(doc["id"])
