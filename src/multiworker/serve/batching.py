@@ -1,7 +1,10 @@
 """Server-side batching of concurrent requests, as TF Serving's batching options do it.
 
 Requests wait in a bounded queue (full -> 503). A batch starts with the oldest request and takes
-more while its rows stay within ``max_batch_size`` and ``timeout`` has not passed since it started;
+more while its rows stay within ``max_batch_size`` and ``timeout`` has not passed since it started.
+A request with nothing else queued runs at once: waiting out the timeout for company that is not
+coming only added latency (at one client, p50 9 ms instead of 3 ms; see BENCHMARKS.md). Under
+concurrent load requests pile up while the model runs, so batches still form;
 requests for the same signature with the same per-row shapes are concatenated into one model call
 and the outputs split back. If a merged call fails, each request is retried alone, so one bad
 request cannot fail its neighbours. Without batching, calls run concurrently, still bounded.
@@ -120,7 +123,7 @@ class Batcher:
                 item = self._queue.get_nowait()
             except asyncio.QueueEmpty:
                 remaining = deadline - loop.time()
-                if remaining <= 0:
+                if remaining <= 0 or len(batch) == 1:  # a lone request does not wait for company
                     break
                 try:
                     item = await asyncio.wait_for(self._queue.get(), remaining)
