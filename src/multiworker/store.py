@@ -126,13 +126,23 @@ class Store:
         self.home = Path(home).absolute() if home else home_dir()
         _prepare_home(self.home)
         self.path = self.home / "jobs.db"
+        # A home this user cannot write (a read-only mount, another user's) is still readable: list,
+        # status, logs work on a read-only snapshot; a command that must write says why it cannot.
+        self.read_only = self.path.exists() and not (os.access(self.home, os.W_OK) and os.access(self.path, os.W_OK))
         old_umask = os.umask(0o077)  # the database, its WAL and everything written below: 0600
         try:
-            self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            if self.read_only:
+                self._conn = sqlite3.connect(f"file:{self.path}?mode=ro&immutable=1", uri=True, timeout=30,
+                                             isolation_level=None, check_same_thread=False)
+            else:
+                self._conn = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+                self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.row_factory = sqlite3.Row
-            self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.execute("PRAGMA busy_timeout=30000")
+            if self.read_only and self.schema_version < migrate_to:
+                raise UserError(f"{self.path}: the store is read-only and older than this multiworker; "
+                                "make MULTIWORKER_HOME writable once to upgrade it")
             self._migrate(migrate_to)
         except sqlite3.DatabaseError as exc:
             raise UserError(f"{self.path}: cannot use the job store ({exc}); move the file away to start a new "

@@ -465,3 +465,23 @@ def test_validate_does_not_unpack_packages(project, capsys, monkeypatch, mw_home
     spec.write_text(f"trainingInput: {{scaleTier: BASIC, packageUris: [{package}], pythonModule: nope.task}}\n")
     code, out, err = run_cli(["validate", str(spec)], capsys, monkeypatch)
     assert code == 2 and "nope.task" in err, err
+
+
+def test_a_read_only_home_can_still_be_listed(tmp_path, capsys, monkeypatch):
+    """Read commands open a store they cannot write read-only; a write names the home and the fix."""
+    from multiworker.store import Store
+
+    home = tmp_path / "ro"
+    store = Store(home)
+    store.create_job(job_id="abcd1234", name="seen", spec_json="{}")
+    store.update_job("abcd1234", state="Succeeded")
+    store.close()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode: False if str(p).startswith(str(home)) and mode & os.W_OK
+                        else real_access(p, mode))
+    monkeypatch.setenv("MULTIWORKER_HOME", str(home))
+    assert Store(home).read_only
+    code, out, err = run_cli(["list", "--json"], capsys, monkeypatch)
+    assert code == 0 and "abcd1234" in out, err
+    code, out, err = run_cli(["delete", "abcd1234"], capsys, monkeypatch)
+    assert code == 2 and str(home) in err and "Traceback" not in err, err

@@ -86,6 +86,12 @@ def main() -> None:
             sys.exit(exc.exit_code if exc.exit_code else 2)
         if debug:
             raise
+        if "readonly database" in str(exc) or "disk is full" in str(exc):
+            from multiworker.store import home_dir
+
+            typer.echo(f"error: MULTIWORKER_HOME {home_dir()}: cannot write the job store ({exc}); make it "
+                       "writable or free space there", err=True)
+            sys.exit(2)
         _internal_error(exc)
 
 

@@ -19,12 +19,14 @@ def validate(
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
     as_json: bool = typer.Option(False, "--json", help="Print the resolved native spec as JSON."),
+    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow more replicas than the 256 cap."),
 ) -> None:
     """Check a job spec without running it; exit 2 with a one-line error if it is invalid."""
     from multiworker.cli.run_cmd import load_from_cli
     from multiworker.cluster import thread_budget
 
-    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, unpack=False)  # nothing written
+    loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, unpack=False,  # nothing written
+                           max_replicas=max_replicas)
     spec = loaded.spec
     if as_json:
         typer.echo(json.dumps({"format": loaded.format, "notes": list(loaded.notes),
