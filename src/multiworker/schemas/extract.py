@@ -188,4 +188,5 @@ def main(source: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/work/shared/data/schemas")
+    # Default: ../shared/data/schemas beside the checkout (src/multiworker/schemas -> repo -> its parent).
+    main(sys.argv[1] if len(sys.argv) > 1 else str(HERE.parents[3] / "shared" / "data" / "schemas"))
