@@ -14,7 +14,7 @@ __all__ = ["register"]
 def validate(
     spec_file: Path = typer.Argument(..., help="Job spec file (any supported format)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the format: native|vertex|aiplatform|tfjob."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the format: native|vertex|aiplatform|tfjob|jobset."),
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
