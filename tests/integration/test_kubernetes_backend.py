@@ -140,6 +140,8 @@ def test_auth_failure_is_one_line_naming_the_cluster(fake, tmp_path, monkeypatch
     assert "\n" not in message
     assert f"context fake ({fake.url})" in message and "401" in message and "get-credentials" in message
     assert fake.items("jobsets", "ml") == []
+    job = store.get_job(job_id)  # recorded as ended, not left Pending
+    assert job["state"] == "Failed" and job["message"] == message and "SubmitFailed" in reasons(store, job_id)
 
 
 def test_missing_crd_names_the_install_line(fake, tmp_path):
@@ -148,6 +150,16 @@ def test_missing_crd_names_the_install_line(fake, tmp_path):
     with pytest.raises(UserError, match=r"create JobSet ml/mnist-\w+: 404 .*not installed there; install it: kubectl "
                                         r"apply --server-side -f .*jobset/releases/download/v0\.12\.0/manifests\.yaml"):
         get_backend("kubernetes").run(store, job_id)
+    assert store.get_job(job_id)["state"] == "Failed"
+
+
+def test_no_kubeconfig_fails_the_job_with_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    store, job_id = make_job(tmp_path)
+    with pytest.raises(UserError, match="no kubeconfig"):
+        get_backend("kubernetes").run(store, job_id)
+    assert store.get_job(job_id)["state"] == "Failed"
 
 
 def test_check_refuses_before_anything_is_created(fake, tmp_path):

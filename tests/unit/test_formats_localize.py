@@ -248,8 +248,10 @@ def test_dockerfile_env_is_noted(ctx):
         ("FROM x\nCOPY . /app\n", "has no ENTRYPOINT or CMD"),
         ("FROM x\nWORKDIR /elsewhere\nCOPY trainer/ /app/trainer/\nENTRYPOINT [\"python\", \"-m\", \"trainer.task\"]\n",
          "WORKDIR: working directory /elsewhere is not copied from the build context"),
+        ("FROM x\nWORKDIR /app\nCOPY missing/ /app/missing/\nENTRYPOINT [\"python\", \"-m\", \"trainer.task\"]\n",
+         r"line 3: COPY missing/: not found in the build context"),
     ],
-    ids=["no-entrypoint", "workdir-not-copied"],
+    ids=["no-entrypoint", "workdir-not-copied", "copy-source-missing"],
 )
 def test_dockerfile_errors(ctx, text, message):
     dockerfile(ctx, text)

@@ -18,7 +18,7 @@ multiworker gcloud ai-platform jobs submit training JOB --config config.yaml --m
 
 The job gets the environment that command would give it on the cloud (TF_CONFIG, CLUSTER_SPEC, AIP_*); flags override the --config file as in gcloud. A leading `gcloud` word is optional.
 
-Local options on the same line, before any `--`, as for `run`: --image IMAGE=COMMAND, --dockerfile PATH, --map-path gs://BUCKET=DIR, --set FIELD=VALUE, --inject-failure ROLE-INDEX@DURATION[:SIGNAL], -q/--quiet, -v/--verbose, -d/--detach. Exit codes as for `run`.
+Local options on the same line, before any `--`, as for `run`: --image IMAGE=COMMAND, --dockerfile PATH, --map-path gs://BUCKET=DIR, --set FIELD=VALUE, --inject-failure ROLE-INDEX@WHEN[:SIGNAL], -q/--quiet, -v/--verbose, -d/--detach. Exit codes as for `run`.
 """
 
 

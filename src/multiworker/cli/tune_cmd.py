@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from multiworker.backends.base import backend_names
 from multiworker.errors import SpecError, UserError
 
 __all__ = ["register", "tune_app"]
@@ -93,10 +94,10 @@ def run(
     max_trials: Optional[int] = typer.Option(None, "--max-trials", min=1, help="Total trials (default: the config's)."),
     study_name: Optional[str] = typer.Option(None, "--study", help="Study name (default: the config's or job's name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the stored study: run only its remaining trials."),
-    backend: str = typer.Option("local", "--backend", help="Backend that runs each trial's job."),
+    backend: str = typer.Option("local", "--backend", help=f"Backend that runs each trial's job: {' | '.join(backend_names())}."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed the sampler, for a repeatable search."),
     overrides: list[str] = typer.Option([], "--set", help="Override a job spec field (repeatable)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the job spec format: native|vertex|aiplatform|tfjob."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the job spec format: native|vertex|aiplatform|tfjob|jobset."),
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
 ) -> None:

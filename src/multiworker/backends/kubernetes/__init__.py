@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from multiworker.backends.base import Backend, JobState
 from multiworker.backends.kubernetes.manifest import build, check_paths
+from multiworker.errors import MultiworkerError
 
 if TYPE_CHECKING:  # pragma: no cover
     from multiworker.backends.kubernetes.api import Cluster, Kind
@@ -84,11 +85,17 @@ class KubernetesBackend(Backend):
         if JobState(job["state"]).is_terminal:
             return JobState(job["state"])
         options = backend_options(job)
-        cluster = connect(options.get("context"))
         handle = json.loads(job.get("handle_json") or "null")
-        if handle is None:
-            spec = _with_trainer_args(JobSpec.model_validate_json(job["spec_json"]), job)
-            handle = self._create(store, job, spec, options, cluster)
+        try:
+            cluster = connect(options.get("context"))
+            if handle is None:
+                spec = _with_trainer_args(JobSpec.model_validate_json(job["spec_json"]), job)
+                handle = self._create(store, job, spec, options, cluster)
+        except MultiworkerError as exc:
+            if handle is None:  # nothing was created: the job ends here, not Pending forever
+                store.update_job(job_id, state=JobState.FAILED.value, finished_at=time.time(), message=str(exc))
+                store.add_event(job_id, "SubmitFailed", str(exc), warning=True)
+            raise
         kind = KINDS[handle["api"]]
         if threading.current_thread() is threading.main_thread():  # SIGTERM reaches it: `cancel` may stop it
             store.update_job(job_id, supervisor_pid=os.getpid())

@@ -181,6 +181,10 @@ def _copy(df: Dockerfile, rest: str, variables: dict[str, str], *, source: str, 
             raise SpecError(f"COPY {src}: the source is outside the build context {df.context}; Docker cannot copy "
                             "it either; copy it from inside the context", source=source, field=where)
         matches = sorted(df.context.glob(src)) if any(c in src for c in "*?[") else [df.context / src]
+        if not any(m.exists() for m in matches):  # docker build fails here too; say so, not "WORKDIR not copied"
+            raise SpecError(f"COPY {src}: not found in the build context {df.context} (docker build would fail "
+                            "too); put it there or give the Dockerfile of the context that has it",
+                            source=source, field=where)
         for host in matches:
             host = Path(os.path.normpath(host))  # a symlinked dir stays in the context
             if host.is_dir():
