@@ -42,12 +42,16 @@ def one_cycle(peak, total_steps, warmup=0.2):
     """examples/mnist/trainer/model.py's OneCycle, restated so this script stays free of the example."""
     warm = max(1.0, warmup * total_steps)
 
-    def schedule(step):
-        step = tf.cast(step, tf.float32)
-        progress = tf.minimum((step - warm) / max(1.0, total_steps - warm), 1.0)
-        return tf.where(step < warm, peak * (0.1 + 0.9 * step / warm),
-                        peak * (0.02 + 0.49 * (1.0 + tf.cos(np.pi * progress))))
-    return schedule
+    class OneCycle(keras.optimizers.schedules.LearningRateSchedule):
+        def __call__(self, step):
+            step = tf.cast(step, tf.float32)
+            progress = tf.minimum((step - warm) / max(1.0, total_steps - warm), 1.0)
+            return tf.where(step < warm, peak * (0.1 + 0.9 * step / warm),
+                            peak * (0.02 + 0.49 * (1.0 + tf.cos(np.pi * progress))))
+
+        def get_config(self):
+            return {"peak": peak, "total_steps": total_steps, "warmup": warmup}
+    return OneCycle()
 
 
 def build_model(learning_rate, decay_steps, optimizer="onecycle"):
