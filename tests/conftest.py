@@ -21,6 +21,15 @@ def mw_home(tmp_path_factory, monkeypatch) -> Path:
 
 
 @pytest.fixture
+def project(tmp_path):
+    """A directory holding a minimal trainer package (trainer/task.py), for specs that must validate."""
+    (tmp_path / "trainer").mkdir()
+    (tmp_path / "trainer" / "__init__.py").write_text("")
+    (tmp_path / "trainer" / "task.py").write_text("print('hi')\n")
+    return tmp_path
+
+
+@pytest.fixture
 def mw_bin() -> list[str]:
     """The multiworker command, from the interpreter running the tests."""
     return [sys.executable, "-m", "multiworker.cli"]

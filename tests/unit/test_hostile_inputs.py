@@ -210,14 +210,6 @@ JOB_REFS = [
 ]
 
 
-@pytest.fixture
-def project(tmp_path):
-    (tmp_path / "trainer").mkdir()
-    (tmp_path / "trainer" / "__init__.py").write_text("")
-    (tmp_path / "trainer" / "task.py").write_text("print('hi')\n")
-    return tmp_path
-
-
 def run_cli(argv: list[str], capsys, monkeypatch) -> tuple[int, str, str]:
     """``multiworker ARGV`` in-process: (exit code, stdout, stderr)."""
     monkeypatch.setattr(sys, "argv", ["multiworker", *argv])

@@ -15,14 +15,6 @@ from multiworker.spec.model import parse_duration
 BASE = "name: job\nmodule: trainer.task\nworking_dir: .\n"
 
 
-@pytest.fixture
-def project(tmp_path):
-    (tmp_path / "trainer").mkdir()
-    (tmp_path / "trainer" / "__init__.py").write_text("")
-    (tmp_path / "trainer" / "task.py").write_text("print('hi')\n")
-    return tmp_path
-
-
 def write(project, body: str):
     path = project / "job.yaml"
     path.write_text(textwrap.dedent(body))
