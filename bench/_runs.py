@@ -52,11 +52,13 @@ def _images(report: dict) -> int:
     return int(report["global_batch_size"] * report["steps_per_epoch"] * report.get("epochs_run", report["epochs"]))
 
 
-def run_baseline(trainer_args: list[str], workers: int = 2, threads: int | None = None) -> dict:
-    """Hand launch of bench/baseline_mwms.py workers (TF_CONFIG set by hand, no supervision)."""
+def run_baseline(trainer_args: list[str], workers: int = 2, threads: int | None = None,
+                 env: dict[str, str] | None = None) -> dict:
+    """Hand launch of bench/baseline_mwms.py workers (TF_CONFIG set by hand, no supervision);
+    ``env`` is added to the workers' environment."""
     cmd = [sys.executable, str(REPO / "bench" / "mnist_launch_baseline.py"), "-n", str(workers)]
     cmd += ["--threads", str(threads)] if threads else []
-    result, out = _timed([*cmd, "--", *trainer_args])
+    result, out = _timed([*cmd, "--", *trainer_args], env={**os.environ, **(env or {})})
     report = json.loads([ln for ln in out.splitlines() if ln.startswith("{")][-1])
     return _summary(result, report)
 

@@ -5,7 +5,10 @@ worker), same workers and thread budget, same number of steps. CPU seconds are u
 every process each side ran (launcher and replicas, getrusage(RUSAGE_CHILDREN)): what this shared
 machine resolves where images/s does not. Interleaved pairs (baseline first); prints one JSON
 object with every run (wall, images/s, load average before/after) and the median ratio.
-Usage: python bench/overhead_cpu.py [--pairs 3] [--steps 150] [--threads 1] [--mw-arg ARG ...]
+With ``--same-allocator`` both sides use the same CPU allocator (the hand launch gets
+TF_CPU_ALLOCATOR_USE_BFC=1 as multiworker's replicas do), which isolates what the launcher, the
+trainer library and its callbacks cost; without it the comparison includes that lever.
+Usage: python bench/overhead_cpu.py [--pairs 3] [--steps 150] [--threads 1] [--same-allocator] [--mw-arg ARG ...]
 """
 
 from __future__ import annotations
@@ -28,13 +31,16 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1, help="intra/inter-op threads per replica, both sides")
+    parser.add_argument("--same-allocator", action="store_true",
+                        help="give the hand launch TF_CPU_ALLOCATOR_USE_BFC=1 too")
     parser.add_argument("--mw-arg", action="append", default=[],
                         help="extra trainer argument for the multiworker side only, e.g. --mw-arg=--backup-every=epoch")
     args = parser.parse_args(argv)
     recipe = [*COMMON, "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps)]
     runs: dict[str, list[dict]] = {"hand_launched": [], "multiworker": []}
     for r in range(args.pairs):
-        runs["hand_launched"].append(run_baseline([*recipe, "--optimizer", "onecycle"], args.workers, args.threads))
+        runs["hand_launched"].append(run_baseline([*recipe, "--optimizer", "onecycle"], args.workers, args.threads,
+                                                         env={"TF_CPU_ALLOCATOR_USE_BFC": "1"} if args.same_allocator else None))
         runs["multiworker"].append(run_multiworker([*recipe, "--schedule", "onecycle", *args.mw_arg],
                                                    args.workers, threads=args.threads))
         print(f"pair {r + 1}: {json.dumps({k: v[-1] for k, v in runs.items()})}", file=sys.stderr, flush=True)

@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import Mapping
 
-from multiworker.cluster import CLUSTER_ROLES, ReplicaId, vertex_cluster_spec
+from multiworker.cluster import ALLOCATOR_ENV, CLUSTER_ROLES, ReplicaId, vertex_cluster_spec
 
 __all__ = ["pod_env", "main", "ENTRY"]
 
@@ -52,7 +52,7 @@ def pod_env(environ: Mapping[str, str]) -> dict[str, str]:
     chief_type = environ.get("MW_CHIEF_TASK_TYPE") or "chief"
     replica = ReplicaId(role, index)
     env = {"MULTIWORKER_REPLICA": replica.name, "TF_USE_LEGACY_KERAS": environ.get("TF_USE_LEGACY_KERAS", "1"),
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", **{k: environ.get(k, v) for k, v in ALLOCATOR_ENV.items()}}
     if sum(len(v) for v in cluster.values()) > 1:  # a single replica gets no TF_CONFIG, as under TFJob
         tf_cluster = {(chief_type if r == "chief" else r): list(cluster[r]) for r in CLUSTER_ROLES if cluster.get(r)}
         task_type = chief_type if role == "chief" else role

@@ -166,6 +166,8 @@ def test_entry_point_builds_tf_config_from_completion_index():
     assert json.loads(env["CLUSTER_SPEC"])["task"] == {"type": "workerpool1", "index": 1}
     assert json.loads(env["CLUSTER_SPEC"])["cluster"]["workerpool3"] == ["mnist-evaluator-0-0.mnist:2222"]
     assert env["MULTIWORKER_REPLICA"] == "worker-1"
+    assert env["TF_CPU_ALLOCATOR_USE_BFC"] == "1"  # as locally; a pod's own setting wins
+    assert pod_env({**_pod_environ(doc, "worker", 1), "TF_CPU_ALLOCATOR_USE_BFC": "0"})["TF_CPU_ALLOCATOR_USE_BFC"] == "0"
     evaluator = json.loads(pod_env(_pod_environ(doc, "evaluator", 0))["TF_CONFIG"])
     assert evaluator["task"] == {"type": "evaluator", "index": 0} and "evaluator" not in evaluator["cluster"]
 

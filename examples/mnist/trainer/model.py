@@ -71,6 +71,10 @@ def datasets(path: str, global_batch_size: int, seed: int = 42) -> tuple[tf.data
         x_test, y_test = data["x_test"], data["y_test"]
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
+    # No tf.data autotuning thread: destroying its iterator at an epoch's end (or evaluate's) waited
+    # 20-60 s for that thread under MultiWorkerMirroredStrategy (BENCHMARKS.md); AUTOTUNE below then
+    # means the replica's cores.
+    options.autotune.enabled = False
     train = (
         tf.data.Dataset.from_tensor_slices((x_train, y_train))
         .shuffle(len(x_train), seed=seed, reshuffle_each_iteration=True)

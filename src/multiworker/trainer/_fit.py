@@ -59,7 +59,10 @@ def fit(
 
     Under ParameterServerStrategy it also turns on exact evaluation (as
     ``compile(pss_evaluation_shards="auto")`` would), so ``model.evaluate(test_ds)`` works after
-    it as under the other strategies. ``backup_every`` says how often training state is backed
+    it as under the other strategies. Under MultiWorkerMirroredStrategy a ``tf.data.Dataset`` is
+    trained with tf.data autotuning off (see :mod:`multiworker.trainer._tf_workarounds`: its
+    thread stalled a worker 20-60 s at each epoch end); ``num_parallel_calls=AUTOTUNE`` then uses
+    the replica's cores. ``backup_every`` says how often training state is backed
     up for a restart to resume from: "auto" (about every 5 s of training), "epoch", a number of
     steps, or seconds ("10s"). Extra keyword arguments go to ``model.fit``.
     """
@@ -77,8 +80,21 @@ def fit(
         _enable_exact_evaluation(model)
     if verbose is None:
         verbose = 2 if ctx.is_chief else 0
+    data = _untuned_under_mwms(model, data)
     all_callbacks = default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every) + list(callbacks or [])
     history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
                         callbacks=all_callbacks, verbose=verbose, **kwargs)
     mark_training_done(ctx)
     return history
+
+
+def _untuned_under_mwms(model: Any, data: Any) -> Any:
+    import tensorflow as tf
+
+    if not isinstance(getattr(model, "distribute_strategy", None), tf.distribute.MultiWorkerMirroredStrategy):
+        return data
+    if not isinstance(data, tf.data.Dataset):
+        return data
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    return data.with_options(options)

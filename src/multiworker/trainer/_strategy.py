@@ -17,6 +17,7 @@ from multiworker.trainer import _env
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._markers import clear_training_done
 from multiworker.trainer._server import serve_forever
+from multiworker.trainer._tf_workarounds import untuned_per_device_datasets
 from multiworker.trainer._threads import configure_threads
 
 logger = logging.getLogger(__name__)
@@ -64,8 +65,10 @@ def _create(ctx: Context) -> Any:
         created = tf.distribute.ParameterServerStrategy(resolver)
         tf.distribute.coordinator.ClusterCoordinator(created)
     elif kind == "multi_worker_mirrored":
+        untuned_per_device_datasets(tf)
         created = tf.distribute.MultiWorkerMirroredStrategy()
     elif kind == "mirrored":
+        untuned_per_device_datasets(tf)
         created = tf.distribute.MirroredStrategy(None if gpus else [f"/cpu:{i}" for i in range(cpus)])
     else:
         created = tf.distribute.get_strategy()
