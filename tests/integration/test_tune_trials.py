@@ -52,7 +52,7 @@ def test_interrupted_study_resumes_with_only_the_rest(mw_home, tmp_path):
     job = _job(tmp_path)
     env = {**os.environ, "MULTIWORKER_HOME": str(mw_home)}
     cmd = [sys.executable, "-m", "multiworker", "tune", str(job), "--config", str(tmp_path / "hp.yaml"), "--seed", "3",
-           "--", "--steps", "10", "--step-seconds", "0.3"]
+           "--", "--steps", "20", "--step-seconds", "0.4"]  # 8 s a trial: the SIGINT lands mid-trial under load
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     seen = []
     try:
