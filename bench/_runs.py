@@ -78,7 +78,18 @@ def run_multiworker(trainer_args: list[str], workers: int = 2, extra: list[str] 
     summary = _summary(result, report)
     summary["home"] = home
     summary["restarts"] = len(list(job_dir.glob("attempt_*"))) - 1
+    epochs = _epoch_lines(max(job_dir.glob("attempt_*")) / "worker-0.log")
+    if epochs:  # the last epoch's rate: no start-up, no first-step tracing
+        summary["last_epoch_images_per_sec"] = epochs[-1].get("images_per_sec")
     return summary
+
+
+def _epoch_lines(log: Path) -> list[dict]:
+    from multiworker.metrics_line import PREFIX
+
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    parsed = [json.loads(ln[len(PREFIX):]) for ln in lines if ln.startswith(PREFIX)]
+    return [m for m in parsed if m.get("kind") == "epoch"]
 
 
 def _summary(result: dict, report: dict) -> dict:

@@ -1,10 +1,13 @@
 """Scaling on one machine (issue 13, item 4): 2 workers x 1 thread (MultiWorkerMirroredStrategy)
-against 1 process x 2 threads (default strategy), same global batch (128), same steps, both
-through `multiworker run examples/mnist/job.yaml`.
+against 1 process x 2 threads (default strategy), same global batch, same steps, both through
+`multiworker run examples/mnist/job.yaml`.
 
-Interleaved pairs (one process first); prints one JSON object with every run and the median
-images/s ratio (2 workers over 1 process), plus the step-time difference: what the collective
-all-reduce and its waits cost per step. Usage: python bench/scaling.py [--pairs 3] [--steps 150]
+Interleaved pairs (one process first) for each per-worker batch size asked for; prints one JSON
+object with every run and, per batch size, the median images/s ratio (2 workers over 1 process)
+two ways: over the whole of `fit` (first-step tracing included) and over the last epoch only
+(steady state), plus the step-time difference per step: what MultiWorkerMirroredStrategy's
+collectives and the second worker's own loop cost. Usage:
+python bench/scaling.py [--pairs 3] [--steps 150] [--epochs 2] [--per-worker-batch 64 256]
 """
 
 from __future__ import annotations
@@ -16,33 +19,51 @@ import sys
 
 from _runs import run_multiworker
 
-GLOBAL_BATCH = 128
+
+def _ratios(one: list[dict], two: list[dict], key: str) -> list[float]:
+    return [round(t[key] / o[key], 4) for o, t in zip(one, two) if o.get(key) and t.get(key)]
+
+
+def _compare(batch: int, pairs: int, recipe: list[str]) -> dict:
+    global_batch = 2 * batch
+    runs: dict[str, list[dict]] = {"1_process_x_2_threads": [], "2_workers_x_1_thread": []}
+    for r in range(pairs):
+        runs["1_process_x_2_threads"].append(
+            run_multiworker([*recipe, "--batch-size", str(global_batch)], workers=1, threads=2))
+        runs["2_workers_x_1_thread"].append(
+            run_multiworker([*recipe, "--batch-size", str(batch)], workers=2, threads=1))
+        print(f"batch {batch} pair {r + 1}: {json.dumps({k: v[-1] for k, v in runs.items()})}",
+              file=sys.stderr, flush=True)
+    one, two = runs.values()
+    fit, last = _ratios(one, two, "images_per_sec"), _ratios(one, two, "last_epoch_images_per_sec")
+    step_ms = {k: round(statistics.median(1000 * global_batch / r["last_epoch_images_per_sec"] for r in v), 1)
+               for k, v in runs.items()}
+    return {
+        "per_worker_batch": batch,
+        "global_batch": global_batch,
+        "runs": runs,
+        "median_last_epoch_images_per_sec": {k: statistics.median(r["last_epoch_images_per_sec"] for r in v)
+                                             for k, v in runs.items()},
+        "last_epoch_step_ms": step_ms,
+        "fit_ratios": fit,
+        "last_epoch_ratios": last,
+        "median_fit_ratio_2w_over_1p": statistics.median(fit),
+        "median_last_epoch_ratio_2w_over_1p": statistics.median(last),
+    }
 
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pairs", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=150)
+    parser.add_argument("--steps", type=int, default=150, help="steps per epoch")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--per-worker-batch", type=int, nargs="+", default=[64])
     args = parser.parse_args(argv)
-    recipe = ["--schedule", "onecycle", "--epochs", "1", "--steps-per-epoch", str(args.steps)]
-    runs: dict[str, list[dict]] = {"1_process_x_2_threads": [], "2_workers_x_1_thread": []}
-    for r in range(args.pairs):
-        runs["1_process_x_2_threads"].append(
-            run_multiworker([*recipe, "--batch-size", str(GLOBAL_BATCH)], workers=1, threads=2))
-        runs["2_workers_x_1_thread"].append(
-            run_multiworker([*recipe, "--batch-size", str(GLOBAL_BATCH // 2)], workers=2, threads=1))
-        print(f"pair {r + 1}: {json.dumps({k: v[-1] for k, v in runs.items()})}", file=sys.stderr, flush=True)
-    one, two = runs.values()
-    ratios = [t["images_per_sec"] / o["images_per_sec"] for o, t in zip(one, two)]
-    step_ms = {k: [1000 * GLOBAL_BATCH / r["images_per_sec"] for r in v] for k, v in runs.items()}
+    recipe = ["--schedule", "onecycle", "--epochs", str(args.epochs), "--steps-per-epoch", str(args.steps)]
     result = {
         "command": "python bench/scaling.py " + " ".join(sys.argv[1:]),
-        "runs": runs,
-        "median_images_per_sec": {k: statistics.median(r["images_per_sec"] for r in v) for k, v in runs.items()},
-        "median_step_ms": {k: round(statistics.median(v), 1) for k, v in step_ms.items()},
-        "images_per_sec_ratios": [round(x, 4) for x in ratios],
-        "median_ratio_2w_over_1p": round(statistics.median(ratios), 4),
         "pairs": args.pairs,
+        "by_batch": [_compare(b, args.pairs, recipe) for b in args.per_worker_batch],
     }
     print(json.dumps(result, indent=2))
     return 0

@@ -53,15 +53,15 @@ def main(argv: list[str] | None = None) -> int:
     precision = trainer.set_precision(args.precision)
 
     global_batch = args.batch_size * strategy.num_replicas_in_sync
-    train_ds, test_ds, n_train = mnist.datasets(args.data, global_batch)
+    train_data, test_ds, n_train = mnist.datasets(args.data, global_batch)  # each worker its own shard
     steps = args.steps_per_epoch or math.ceil(n_train / global_batch)
     with strategy.scope():
         rate = args.learning_rate or (3e-3 if args.schedule == "onecycle" else 2e-3)
         net = mnist.build_model(rate, decay_steps=steps * args.epochs, schedule=args.schedule)
 
     fit_start = time.time()
-    history = trainer.fit(net, train_ds, epochs=args.epochs, global_batch_size=global_batch,
-                          steps_per_epoch=args.steps_per_epoch, eval_data=test_ds,
+    history = trainer.fit(net, train_data, epochs=args.epochs, global_batch_size=global_batch,
+                          steps_per_epoch=steps, eval_data=test_ds,
                           backup_every=args.backup_every)
     train_seconds = time.time() - fit_start
     epochs_run = len(history.epoch)  # fewer than --epochs when resumed from a backup
