@@ -43,6 +43,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--reduction", default=None, choices=["first", "sum", "auto"])
     p.add_argument("--pipeline", default="sharded", choices=["global", "sharded"])
     p.add_argument("--no-metrics", action="store_true")
+    p.add_argument("--one-metric-all-reduce", action="store_true",
+                   help="sync the metrics in one all-reduce a step (what trainer.fit does)")
     p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -52,7 +54,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def launch(args: argparse.Namespace, argv: list[str]) -> int:
     port = random.randint(20000, 40000)
     procs = [subprocess.Popen([sys.executable, __file__, *argv, "--index", str(i), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                              stdout=subprocess.PIPE, stderr=None if os.environ.get("PROBE_STDERR") else subprocess.DEVNULL, text=True)
              for i in range(args.workers)]
     outs = [p.communicate()[0] for p in procs]
     for p, out in zip(procs, outs):
@@ -105,6 +107,10 @@ def probe(args: argparse.Namespace) -> dict:
                     steps_per_execution=args.steps_per_execution)
     if args.reduction:
         net.distribute_reduction_method = args.reduction
+    if args.one_metric_all_reduce:
+        from multiworker.trainer._metric_sync import sync_metrics_in_one_all_reduce
+
+        sync_metrics_in_one_all_reduce(net)
     marks: list[tuple[float, float]] = []
 
     class Clock(keras.callbacks.Callback):
