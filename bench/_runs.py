@@ -85,11 +85,10 @@ def run_multiworker(trainer_args: list[str], workers: int = 2, extra: list[str] 
 
 
 def _epoch_lines(log: Path) -> list[dict]:
-    from multiworker.metrics_line import PREFIX
+    from multiworker.metrics_line import parse_metric
 
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
-    parsed = [json.loads(ln[len(PREFIX):]) for ln in lines if ln.startswith(PREFIX)]
-    return [m for m in parsed if m.get("kind") == "epoch"]
+    return [m for m in map(parse_metric, lines) if m and m["kind"] == "epoch"]
 
 
 def _summary(result: dict, report: dict) -> dict:

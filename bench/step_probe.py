@@ -14,7 +14,9 @@ milliseconds the process spent per step. It isolates what the strategy costs per
 Options that switch one lever each: ``--reduction first|sum|auto`` (Keras's per-step log
 reduction; unset: Keras's default, "sum" under MultiWorkerMirroredStrategy),
 ``--pipeline global|sharded`` (the global batch sharded by tf.distribute, or each worker its own
-shard), ``--no-metrics`` (compile without accuracy), ``--steps-per-execution N``.
+shard), ``--no-metrics`` (compile without accuracy), ``--sync keras|metrics|fused`` (Keras's
+metric reads; the metrics in one all-reduce; gradients and metrics in one, what trainer.fit does),
+``--steps-per-execution N``.
 """
 
 from __future__ import annotations
@@ -43,8 +45,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--reduction", default=None, choices=["first", "sum", "auto"])
     p.add_argument("--pipeline", default="sharded", choices=["global", "sharded"])
     p.add_argument("--no-metrics", action="store_true")
-    p.add_argument("--one-metric-all-reduce", action="store_true",
-                   help="sync the metrics in one all-reduce a step (what trainer.fit does)")
+    p.add_argument("--sync", default="keras", choices=["keras", "metrics", "fused"],
+                   help="Keras's own; the metrics in one all-reduce a step; gradients and metrics in one "
+                        "(what trainer.fit does)")
     p.add_argument("--steps-per-execution", type=int, default=1)
     p.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
@@ -107,10 +110,12 @@ def probe(args: argparse.Namespace) -> dict:
                     steps_per_execution=args.steps_per_execution)
     if args.reduction:
         net.distribute_reduction_method = args.reduction
-    if args.one_metric_all_reduce:
-        from multiworker.trainer._metric_sync import sync_metrics_in_one_all_reduce
+    if args.sync != "keras":
+        from multiworker.trainer._metric_sync import sync_step_metrics
 
-        sync_metrics_in_one_all_reduce(net)
+        sync_step_metrics(net)
+        if args.sync == "metrics":
+            vars(net).pop("train_step", None)
     marks: list[tuple[float, float]] = []
 
     class Clock(keras.callbacks.Callback):

@@ -1,4 +1,4 @@
-"""Mean metrics synchronised in one all-reduce a step (multiworker.trainer._metric_sync)."""
+"""A step's metrics synchronised in one all-reduce (multiworker.trainer._metric_sync)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("tf_keras")
 
-from multiworker.trainer._metric_sync import sync_metrics_in_one_all_reduce  # noqa: E402
+from multiworker.trainer._metric_sync import sync_step_metrics  # noqa: E402
 
 
 def _train(strategy, batched: bool) -> tuple[dict, list, bool]:
@@ -22,7 +22,7 @@ def _train(strategy, batched: bool) -> tuple[dict, list, bool]:
         model = keras.Sequential([keras.layers.Input(shape=(4,)), keras.layers.Dense(1, activation="sigmoid")])
         model.compile(optimizer="sgd", loss="binary_crossentropy",
                       metrics=["accuracy", keras.metrics.MeanSquaredError(), keras.metrics.AUC(name="auc")])
-    applied = sync_metrics_in_one_all_reduce(model) if batched else False
+    applied = sync_step_metrics(model) if batched else False
     steps: list[dict] = []  # each step's logs: what the train step computed (epoch logs are re-read)
     record = keras.callbacks.LambdaCallback(
         on_train_batch_end=lambda batch, logs: steps.append({k: float(v) for k, v in logs.items()}))
@@ -43,17 +43,31 @@ def test_the_same_logs_and_evaluation_from_one_all_reduce(monkeypatch):
     assert logs == keras_logs and evaluation == keras_eval
 
 
-def test_left_alone_outside_multi_worker_or_when_overridden(monkeypatch):
-    model = keras.Sequential([keras.layers.Input(shape=(2,)), keras.layers.Dense(1)])
+def _model(cls=None):
+    model = (cls or keras.Sequential)([keras.layers.Input(shape=(2,)), keras.layers.Dense(1)])
     model.compile(loss="mse", metrics=["mae"])
-    assert sync_metrics_in_one_all_reduce(model) is False  # default strategy
+    return model
+
+
+def test_left_alone_outside_multi_worker(monkeypatch):
+    model = _model()
+    assert model._distribute_reduction_method is None  # the attribute this relies on exists in tf-keras
+    assert sync_step_metrics(model) is False  # default strategy: Keras's own behaviour stands
+    assert model._distribute_reduction_method is None and "get_metrics_result" not in vars(model)
+
+
+def test_logs_from_this_worker_and_the_users_choices_kept(monkeypatch):
     monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", type(tf.distribute.get_strategy()))
 
     class Own(keras.Sequential):
         def get_metrics_result(self):
             return {}
 
-    own = Own([keras.layers.Input(shape=(2,)), keras.layers.Dense(1)])
-    assert sync_metrics_in_one_all_reduce(own) is False  # the user's override stands
-    assert sync_metrics_in_one_all_reduce(model) is True
-    assert sync_metrics_in_one_all_reduce(model) is False  # once
+    own = _model(Own)
+    assert sync_step_metrics(own) is False  # the user's get_metrics_result stands
+    assert own.distribute_reduction_method == "first"  # logs: this worker's (already global) values
+    chosen = _model()
+    chosen.distribute_reduction_method = "sum"
+    assert sync_step_metrics(chosen) is True
+    assert chosen.distribute_reduction_method == "sum"  # the user's reduction stands
+    assert sync_step_metrics(chosen) is False  # once

@@ -45,29 +45,3 @@ def test_fit_untunes_only_datasets_under_multi_worker_mirrored():
     assert _fit._untuned_under_mwms(Model(), data) is data  # one process: the user's options stand
     assert _fit._untuned_under_mwms(object(), [1, 2]) == [1, 2]
 
-
-def test_logs_come_from_this_worker_under_multi_worker_mirrored_unless_chosen(monkeypatch):
-    import tf_keras as keras
-
-    real = keras.Sequential([keras.layers.Input(shape=(2,)), keras.layers.Dense(1)])
-    assert real._distribute_reduction_method is None  # the attribute this relies on exists in tf-keras
-    _fit._logs_from_this_worker(real)  # one process: Keras's default stands
-    assert real._distribute_reduction_method is None
-
-    class FakeMultiWorker:
-        pass
-
-    monkeypatch.setattr(tf.distribute, "MultiWorkerMirroredStrategy", FakeMultiWorker)
-
-    class Model:
-        distribute_strategy = FakeMultiWorker()
-        _distribute_reduction_method = None
-        distribute_reduction_method = None
-
-    model = Model()
-    _fit._logs_from_this_worker(model)
-    assert model.distribute_reduction_method == "first"
-    chosen = Model()
-    chosen._distribute_reduction_method = "sum"
-    _fit._logs_from_this_worker(chosen)
-    assert chosen.distribute_reduction_method is None  # the user's choice is not overwritten

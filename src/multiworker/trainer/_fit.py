@@ -9,7 +9,7 @@ from typing import Any
 from multiworker.trainer._callbacks import callbacks as default_callbacks
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._markers import mark_training_done
-from multiworker.trainer._metric_sync import sync_metrics_in_one_all_reduce
+from multiworker.trainer._metric_sync import sync_step_metrics
 from multiworker.trainer._strategy import fit_kwargs, serve_if_needed
 
 logger = logging.getLogger(__name__)
@@ -63,11 +63,11 @@ def fit(
     it as under the other strategies. Under MultiWorkerMirroredStrategy a ``tf.data.Dataset`` is
     trained with tf.data autotuning off (see :mod:`multiworker.trainer._tf_workarounds`: its
     thread stalled a worker 20-60 s at each epoch end; ``num_parallel_calls=AUTOTUNE`` then uses
-    the replica's cores), each step's logs are taken from this worker without another
-    all-reduce (see :func:`_logs_from_this_worker`), and the mean metrics are synchronised in one
-    all-reduce a step instead of two per metric (:mod:`multiworker.trainer._metric_sync`). ``backup_every`` says how often training
-    state is backed up for a restart to resume from: "auto" (about every 5 s of training),
-    "epoch", a number of steps, or seconds ("10s"). Extra keyword arguments go to ``model.fit``.
+    the replica's cores), and a step's metrics are synchronised in one all-reduce instead of one
+    per variable and logged value (:mod:`multiworker.trainer._metric_sync`). ``backup_every``
+    says how often training state is backed up for a restart to resume from: "auto" (about every
+    5 s of training), "epoch", a number of steps, or seconds ("10s"). Extra keyword arguments go
+    to ``model.fit``.
     """
     ctx = ctx or context()
     if ctx.is_evaluator:
@@ -84,8 +84,7 @@ def fit(
     if verbose is None:
         verbose = 2 if ctx.is_chief else 0
     data = _untuned_under_mwms(model, data)
-    _logs_from_this_worker(model)
-    sync_metrics_in_one_all_reduce(model)
+    sync_step_metrics(model)
     all_callbacks = default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every) + list(callbacks or [])
     history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
                         callbacks=all_callbacks, verbose=verbose, **kwargs)
@@ -104,19 +103,3 @@ def _untuned_under_mwms(model: Any, data: Any) -> Any:
     options.autotune.enabled = False
     return data.with_options(options)
 
-
-def _logs_from_this_worker(model: Any) -> None:
-    """Under MultiWorkerMirroredStrategy, log each step's values as this worker has them.
-
-    Keras's default ("auto", meaning "sum" there) runs one more cross-worker all-reduce per logged
-    value per step, over values that are already global: a metric's result reads its state across
-    workers. "first" gives bit-identical logs without those collectives (measured: the same loss and
-    accuracy on both workers to the last bit; 2-3 ms less per step with 1 thread per worker,
-    BENCHMARKS.md). A reduction the user chose is left alone.
-    """
-    import tensorflow as tf
-
-    if not isinstance(getattr(model, "distribute_strategy", None), tf.distribute.MultiWorkerMirroredStrategy):
-        return
-    if getattr(model, "_distribute_reduction_method", "set") is None:
-        model.distribute_reduction_method = "first"
