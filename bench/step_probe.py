@@ -49,6 +49,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
                    help="Keras's own; the metrics in one all-reduce a step; gradients and metrics in one "
                         "(what trainer.fit does)")
     p.add_argument("--steps-per-execution", type=int, default=1)
+    p.add_argument("--no-spin", action="store_true", help="TensorFlow's thread pools sleep instead of spinning")
+    p.add_argument("--inter", type=int, default=None, help="inter-op threads (default: --threads)")
     p.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
@@ -81,7 +83,13 @@ def probe(args: argparse.Namespace) -> dict:
     import tf_keras as keras
 
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(args.inter or args.threads)
+    if args.no_spin:
+        from tensorflow.python.eager import context as tf_context
+
+        config = tf.compat.v1.ConfigProto()
+        config.experimental.disable_thread_spinning = True
+        tf_context.context()._config = config
     from multiworker.trainer._tf_workarounds import untuned_per_device_datasets
     from trainer import model as mnist
 

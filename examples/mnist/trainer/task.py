@@ -40,6 +40,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--backup-every", default="auto",
                         help="back up training state every N steps, every 'Ns' of training, each 'epoch', "
                              "or 'auto' (about every 5 s); a restart resumes from the last backup")
+    parser.add_argument("--steps-per-execution", default="auto",
+                        help="training steps in one call of the train function: 'auto' (as many as fit "
+                             "in 0.25 s, at most 10) or a number; 1 runs Keras's one step per call")
     return parser.parse_args(argv)
 
 
@@ -62,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     fit_start = time.time()
     history = trainer.fit(net, train_data, epochs=args.epochs, global_batch_size=global_batch,
                           steps_per_epoch=steps, eval_data=test_ds,
-                          backup_every=args.backup_every)
+                          backup_every=args.backup_every, steps_per_execution=args.steps_per_execution)
     train_seconds = time.time() - fit_start
     epochs_run = len(history.epoch)  # fewer than --epochs when resumed from a backup
 

@@ -5,7 +5,9 @@ or every ``save_freq`` steps, and with ``save_freq`` an integer it restores the 
 epoch too. ``StepBackup`` adds a time-based interval: under MultiWorkerMirroredStrategy every
 worker must save at the same step, so the interval is a step count the workers agree on (the
 mean of their proposals, one small all-reduce per backup), re-derived at each backup from the
-measured step and save times. Imports tf_keras; loaded lazily by the package.
+measured step and save times. Steps are counted from the step indices Keras passes to the batch
+hooks, not from the hook calls, so the schedule holds with several steps per execution (a call of
+the train function that runs N steps counts N). Imports tf_keras; loaded lazily by the package.
 """
 
 from __future__ import annotations
@@ -39,24 +41,24 @@ def backup_callback(backup_dir: str, schedule: BackupSchedule, *, parameter_serv
     if parameter_server:
         logger.info("ParameterServerStrategy: backups per epoch (tf-keras has no step-level backup there)")
         return keras.callbacks.BackupAndRestore(backup_dir)
-    if schedule.mode == "steps":
-        return keras.callbacks.BackupAndRestore(backup_dir, save_freq=schedule.steps)
     return StepBackup(backup_dir, schedule)
 
 
 class StepBackup(keras.callbacks.BackupAndRestore):
-    """BackupAndRestore that saves about every ``schedule.seconds`` of training, at a step count
-    all workers agree on, and at every epoch end; a restarted group resumes at the step of the
-    last backup."""
+    """BackupAndRestore that saves every ``schedule.steps`` steps, or about every
+    ``schedule.seconds`` of training at a step count all workers agree on and at every epoch end;
+    a restarted group resumes at the step of the last backup."""
 
     def __init__(self, backup_dir: str, schedule: BackupSchedule, *, probe_steps: int = PROBE_STEPS):
+        fixed = schedule.steps if schedule.mode == "steps" else None
         # An integer save_freq makes tf-keras record and restore the step within the epoch.
-        super().__init__(backup_dir, save_freq=max(1, probe_steps))
+        super().__init__(backup_dir, save_freq=fixed or max(1, probe_steps))
         self.schedule = schedule
-        self.probe_steps = max(1, probe_steps)
-        self.interval: int | None = None  # agreed steps between backups, once measured
+        self.probe_steps = fixed or max(1, probe_steps)
+        self.interval: int | None = fixed  # steps between backups: fixed, or agreed once measured
         self._last_batch = 0
-        self._calls = 0
+        self._call_start = 0
+        self._steps = 0  # steps trained in this fit (a call of the train function may run several)
         self._next = self.probe_steps
         self._mark: tuple[float, int] | None = None
         self._saved_at = 0
@@ -70,7 +72,8 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         batch = int(self._training_state._ckpt_saved_batch.numpy())
         if epoch >= 0 and batch >= 0:
             logger.info("resuming from the backup taken at epoch %d, step %d", epoch + 1, batch + 1)
-        self._calls, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
+        self._steps, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
+        self._call_start = 0
         self.backups, self.save_seconds, self._fit_start = 0, 0.0, time.monotonic()
 
     def on_train_end(self, logs: Any = None) -> None:
@@ -86,31 +89,42 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self.save_seconds += time.monotonic() - start
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-        if self._saved_at != self._calls:  # the step counts, hence the decision, agree on all workers
+        if self.schedule.mode == "steps":  # as tf-keras's own: every N steps only
+            return
+        if self._saved_at != self._steps:  # the step counts, hence the decision, agree on all workers
             self._backup(epoch=epoch, batch=self._last_batch)
-            self._saved_at = self._calls
-            self._mark = (time.monotonic(), self._calls)
+            self._saved_at = self._steps
+            self._mark = (time.monotonic(), self._steps)
+
+    def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
+        super().on_train_batch_begin(batch, logs)
+        self._call_start = batch  # the first step of this call; on_train_batch_end gets its last
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        self._calls += 1
+        first_call = self._steps == 0
+        self._steps += max(1, batch + 1 - self._call_start)
         self._last_batch = batch
-        if self._calls == 1:
-            self._mark = (time.monotonic(), 1)
-        if self._calls < self._next:
+        if first_call:
+            self._mark = (time.monotonic(), self._steps)
+        if self._steps < self._next:
+            return
+        if self.interval and self.schedule.mode == "steps":
+            self._backup(epoch=self._current_epoch, batch=batch)
+            self._saved_at, self._next = self._steps, self._steps + self.interval
             return
         start = time.monotonic()
-        mark_time, mark_calls = self._mark or (start, 0)
-        step_seconds = (start - mark_time) / max(self._calls - mark_calls, 1)
+        mark_time, mark_steps = self._mark or (start, 0)
+        step_seconds = (start - mark_time) / max(self._steps - mark_steps, 1)
         self._backup(epoch=self._current_epoch, batch=batch)
         save_seconds = time.monotonic() - start
-        self._saved_at = self._calls
+        self._saved_at = self._steps
         proposal = steps_between_backups(step_seconds, save_seconds, self.schedule)
         interval = _agree(self.model.distribute_strategy, proposal)
         if interval != self.interval:
             logger.info("backups every %d steps (%.3f s/step, %.3f s/save)", interval, step_seconds, save_seconds)
         self.interval = interval
-        self._next = self._calls + interval
-        self._mark = (time.monotonic(), self._calls)
+        self._next = self._steps + interval
+        self._mark = (time.monotonic(), self._steps)
 
 
 def _agree(strategy: Any, steps: int) -> int:

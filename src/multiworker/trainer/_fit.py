@@ -45,6 +45,7 @@ def fit(
     eval_steps: int | None = None,
     callbacks: list[Any] | None = None,
     backup_every: str | int | float | None = "auto",
+    steps_per_execution: str | int | None = "auto",
     ctx: Context | None = None,
     verbose: int | str | None = None,
     **kwargs: Any,
@@ -66,8 +67,11 @@ def fit(
     the replica's cores), and a step's metrics are synchronised in one all-reduce instead of one
     per variable and logged value (:mod:`multiworker.trainer._metric_sync`). ``backup_every``
     says how often training state is backed up for a restart to resume from: "auto" (about every
-    5 s of training), "epoch", a number of steps, or seconds ("10s"). Extra keyword arguments go
-    to ``model.fit``.
+    5 s of training), "epoch", a number of steps, or seconds ("10s"). ``steps_per_execution``
+    says how many steps run in one call of the train function: "auto" (as many as fit in 0.25 s,
+    at most 10, chosen after a few steps; one when the model was compiled with its own or a
+    callback in ``callbacks`` has batch hooks) or a number; see
+    :mod:`multiworker.trainer._execution`. Extra keyword arguments go to ``model.fit``.
     """
     ctx = ctx or context()
     if ctx.is_evaluator:
@@ -85,9 +89,17 @@ def fit(
         verbose = 2 if ctx.is_chief else 0
     data = _untuned_under_mwms(model, data)
     sync_step_metrics(model)
-    all_callbacks = default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every) + list(callbacks or [])
-    history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
-                        callbacks=all_callbacks, verbose=verbose, **kwargs)
+    from multiworker.trainer import _execution
+
+    execution, own_steps = _execution.configure(model, steps_per_execution, list(callbacks or []))
+    all_callbacks = (execution + default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every)
+                     + list(callbacks or []))
+    try:
+        history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
+                            callbacks=all_callbacks, verbose=verbose, **kwargs)
+    finally:
+        if own_steps is not None:  # evaluate and predict after fit run as the model was compiled
+            model.steps_per_execution = own_steps
     mark_training_done(ctx)
     return history
 
