@@ -151,3 +151,35 @@ def test_step_backup_counts_steps_not_calls(job, capsys):  # noqa: F811
     every_10 = StepBackup(str(job / "backup"), parse_backup_every(10))
     model.fit(make_data(n=640, batch=16).repeat(), epochs=1, steps_per_epoch=40, verbose=0, callbacks=[every_10])
     assert every_10.backups == 4  # steps 10, 20, 30, 40; counting calls of 5 steps would give 0
+
+
+def test_step_backup_resumes_after_the_last_step_of_a_call(job):  # noqa: F811
+    """The backup of a call of 5 steps records its last step, so a restart resumes after it."""
+    from multiworker.trainer._backup import StepBackup
+    from multiworker.trainer._backup_policy import parse_backup_every
+
+    def model():
+        m = make_model()
+        m.compile(optimizer="adam", loss="sparse_categorical_crossentropy", steps_per_execution=5)
+        return m
+
+    class Crash(StepBackup):
+        def on_train_batch_begin(self, batch, logs=None):
+            if batch == 25:
+                raise RuntimeError("replica lost")
+            super().on_train_batch_begin(batch, logs)
+
+    data = make_data(n=640, batch=16).repeat()
+    with pytest.raises(RuntimeError, match="replica lost"):
+        model().fit(data, epochs=2, steps_per_epoch=40, verbose=0,
+                    callbacks=[Crash(str(job / "backup"), parse_backup_every(10))])
+    starts = []
+
+    class Starts(StepBackup):
+        def on_train_batch_begin(self, batch, logs=None):
+            starts.append((self._current_epoch, batch))
+            super().on_train_batch_begin(batch, logs)
+
+    model().fit(data, epochs=2, steps_per_epoch=40, verbose=0,
+                callbacks=[Starts(str(job / "backup"), parse_backup_every(10))])
+    assert starts[0] == (0, 20)  # the backup after steps 15-19 (at 20 steps): resume at step 20, not 16

@@ -84,6 +84,9 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 
     def _backup(self, epoch: int, batch: int = 0) -> None:
         start = time.monotonic()
+        # tf-keras records the step at on_train_batch_begin, the first of a call; the weights saved
+        # here are those after ``batch``, the call's last step, where a restart must resume after.
+        self._training_state._ckpt_saved_batch.assign(batch)
         super()._backup(epoch=epoch, batch=batch)
         self.backups += 1
         self.save_seconds += time.monotonic() - start
