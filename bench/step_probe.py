@@ -39,6 +39,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--independent", action="store_true", help="processes that do not form a cluster")
+    p.add_argument("--mwms", action="store_true",
+                   help="MultiWorkerMirroredStrategy even for one worker (its input and step path, no peer)")
     p.add_argument("--threads", type=int, default=1, help="intra- and inter-op threads per process")
     p.add_argument("--batch", type=int, default=64, help="per process")
     p.add_argument("--steps", type=int, default=200)
@@ -73,7 +75,7 @@ def launch(args: argparse.Namespace, argv: list[str]) -> int:
 def probe(args: argparse.Namespace) -> dict:
     os.environ["TF_USE_LEGACY_KERAS"] = "1"
     os.environ.setdefault("TF_CPU_ALLOCATOR_USE_BFC", "1")  # what multiworker gives each replica
-    cluster = args.workers > 1 and not args.independent
+    cluster = (args.workers > 1 or args.mwms) and not args.independent
     if cluster:
         os.environ["TF_CONFIG"] = json.dumps({
             "cluster": {"worker": [f"127.0.0.1:{args.port + i}" for i in range(args.workers)]},
@@ -145,7 +147,7 @@ def probe(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str]) -> int:
     args = parse(argv)
-    if args.index is None and args.workers > 1:
+    if args.index is None and (args.workers > 1 or args.mwms):
         return launch(args, argv)
     print(json.dumps(probe(args)), flush=True)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +34,10 @@ def test_two_workers_train_and_model_predicts(mw_home):
     assert pred.shape == (8, 10)
     # the epoch metric lines reached the store
     assert [m["data"]["epoch"] for m in Store(mw_home).metrics(doc["id"], "epoch") if m["replica"] == "worker-0"] == [1]
+    # steps per execution "auto": chosen after 15 one-step calls, the same on both workers
+    chosen = [re.findall(r"(\d+) steps per execution", (out.parent / "attempt_0" / f"worker-{i}.log").read_text())
+              for i in (0, 1)]
+    assert chosen[0] == chosen[1] and len(chosen[0]) == 1 and 1 <= int(chosen[0][0]) <= 10, chosen
 
 
 def test_injected_kill_resumes_from_epoch_reached(mw_home):

@@ -31,8 +31,8 @@ def test_parse_rejects(value):
 
 
 @pytest.mark.parametrize("step_seconds, expected", [
-    (0.020, 10), (0.030, 8), (0.050, 5), (0.2, 1), (3.0, 1), (0.0, 10),
-], ids=["20ms-capped", "30ms", "50ms", "200ms", "slow", "zero"])
+    (0.020, 10), (0.060, 8), (0.100, 5), (0.4, 1), (3.0, 1), (0.0, 10),
+], ids=["20ms-capped", "60ms", "100ms", "400ms", "slow", "zero"])
 def test_steps_for(step_seconds, expected):
     from multiworker.trainer._execution import steps_for
 

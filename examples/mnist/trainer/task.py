@@ -42,7 +42,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                              "or 'auto' (about every 5 s); a restart resumes from the last backup")
     parser.add_argument("--steps-per-execution", default="auto",
                         help="training steps in one call of the train function: 'auto' (as many as fit "
-                             "in 0.25 s, at most 10) or a number; 1 runs Keras's one step per call")
+                             "in 0.5 s, at most 10) or a number; 1 runs Keras's one step per call")
     return parser.parse_args(argv)
 
 

@@ -30,7 +30,7 @@ __all__ = ["AutoStepsPerExecution", "MAX_STEPS", "TARGET_SECONDS", "configure", 
 #: "auto" runs at most this many steps in one call ...
 MAX_STEPS = 10
 #: ... and no more than fit in this many seconds of training.
-TARGET_SECONDS = 0.25
+TARGET_SECONDS = 0.5
 #: Calls run one step each before choosing: the first WARMUP_CALLS (the first traces the function,
 #: the next few are slower while kernels and allocators warm up) are not timed, the rest are.
 WARMUP_CALLS = 5
