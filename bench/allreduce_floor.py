@@ -16,11 +16,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
-import subprocess
 import sys
 import time
+
+from _procs import launch_workers
 
 
 def parse(argv: list[str]) -> argparse.Namespace:
@@ -32,19 +32,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
-
-
-def launch(args: argparse.Namespace, argv: list[str]) -> int:
-    port = random.randint(20000, 40000)
-    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--index", str(i), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-             for i in range(args.workers)]
-    outs = [p.communicate()[0] for p in procs]
-    if any(p.returncode for p in procs):
-        print("a worker failed", file=sys.stderr)
-        return 1
-    print("\n".join(out.strip() for out in outs))
-    return 0
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -83,7 +70,7 @@ def measure(args: argparse.Namespace) -> dict:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     if args.index is None:
-        return launch(args, argv)
+        return launch_workers(__file__, argv, args.workers)
     print(json.dumps(measure(args)), flush=True)
     return 0
 

@@ -24,12 +24,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import resource
-import subprocess
 import sys
 import time
 from pathlib import Path
+
+from _procs import launch_workers
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "examples" / "mnist" / "data" / "mnist.npz"
@@ -56,20 +56,6 @@ def parse(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--index", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--port", type=int, default=None, help=argparse.SUPPRESS)
     return p.parse_args(argv)
-
-
-def launch(args: argparse.Namespace, argv: list[str]) -> int:
-    port = random.randint(20000, 40000)
-    procs = [subprocess.Popen([sys.executable, __file__, *argv, "--index", str(i), "--port", str(port)],
-                              stdout=subprocess.PIPE, stderr=None if os.environ.get("PROBE_STDERR") else subprocess.DEVNULL, text=True)
-             for i in range(args.workers)]
-    outs = [p.communicate()[0] for p in procs]
-    for p, out in zip(procs, outs):
-        if p.returncode != 0:
-            print(f"a probe process failed ({p.returncode})", file=sys.stderr)
-            return 1
-        print(out.strip())
-    return 0
 
 
 def probe(args: argparse.Namespace) -> dict:
@@ -148,7 +134,7 @@ def probe(args: argparse.Namespace) -> dict:
 def main(argv: list[str]) -> int:
     args = parse(argv)
     if args.index is None and (args.workers > 1 or args.mwms):
-        return launch(args, argv)
+        return launch_workers(__file__, argv, args.workers)
     print(json.dumps(probe(args)), flush=True)
     return 0
 
