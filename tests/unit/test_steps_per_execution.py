@@ -66,22 +66,62 @@ def test_configure_stands_aside(job):  # noqa: F811
 
     from multiworker.trainer._execution import MAX_STEPS, AutoStepsPerExecution, configure
 
+    data = make_data()
     model = make_model()
-    added, own = configure(model, "auto", [])
-    assert [type(c) for c in added] == [AutoStepsPerExecution] and own == 1
+    execution = configure(model, "auto", [], data=data)
+    assert [type(c) for c in execution.callbacks] == [AutoStepsPerExecution] and execution.own == 1
     assert int(model.steps_per_execution.numpy()) == MAX_STEPS  # > 1: fit builds the multi-step function
+    execution.restore()
+    assert int(model.steps_per_execution.numpy()) == 1 and "evaluate" not in vars(model)
 
     counted = keras.callbacks.LambdaCallback(on_train_batch_end=lambda batch, logs: None)
-    assert configure(make_model(), "auto", [counted]) == ([], None)
+    aside = configure(make_model(), "auto", [counted], data=data)
+    assert (aside.callbacks, aside.own) == ([], None)
 
     compiled = make_model()
     compiled.compile(optimizer="adam", loss="mse", steps_per_execution=4)
-    assert configure(compiled, "auto", []) == ([], None)
+    assert configure(compiled, "auto", [], data=data).own is None
     assert int(compiled.steps_per_execution.numpy()) == 4
 
+    unsized = data.filter(lambda x, y: True)  # Keras cannot count its steps: one step a call
+    assert configure(make_model(), "auto", [], data=unsized).own is None
+    assert configure(make_model(), "auto", [], data=unsized, steps_per_epoch=4).own == 1
+
     asked = make_model()
-    assert configure(asked, 3, [counted]) == ([], 1)  # asked for: applied even with batch hooks
+    execution = configure(asked, 3, [counted])  # asked for: applied even with batch hooks
+    assert (execution.callbacks, execution.own) == ([], 1)
     assert int(asked.steps_per_execution.numpy()) == 3
+
+
+@pytest.mark.parametrize("proposal, keep_one, expected", [(7, False, 7), (40, False, 10), (7, True, 1), (0, False, 1)],
+                         ids=["proposal", "capped", "kept-to-one", "at-least-one"])
+def test_agree_in_one_process(proposal, keep_one, expected):
+    import tensorflow as tf
+
+    from multiworker.trainer._execution import agree
+
+    assert agree(tf.distribute.get_strategy(), proposal, keep_one=keep_one) == expected
+
+
+def test_validation_of_unknown_size_inside_fit(job, caplog):  # noqa: F811
+    """Keras refuses several steps a call on validation data of unknown size: the calls that end an
+    epoch run one step each, and fit's evaluate runs as compiled; training keeps its several."""
+    import logging
+
+    import tensorflow as tf
+
+    from multiworker import trainer
+    from multiworker.trainer._execution import size_known
+
+    unknown = make_data(n=64, batch=16).filter(lambda x, y: tf.reduce_all(tf.math.is_finite(x)))
+    assert not size_known(unknown, None) and size_known(unknown, 4) and size_known(make_data(), None)
+    model = make_model()
+    with caplog.at_level(logging.INFO, logger="multiworker.trainer._execution"):
+        history = trainer.fit(model, make_data(n=640, batch=16).repeat(), epochs=3, steps_per_epoch=40,
+                              global_batch_size=16, verbose=0, validation_data=unknown)
+    assert len(history.history["val_loss"]) == 3
+    assert "10 steps per execution" in caplog.text  # the tiny model's steps take well under 50 ms
+    assert "evaluate" not in vars(model) and int(model.steps_per_execution.numpy()) == 1
 
 
 def test_fit_chooses_then_restores_and_trains_the_same(job):  # noqa: F811

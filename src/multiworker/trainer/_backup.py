@@ -13,7 +13,7 @@ the train function that runs N steps counts N). Imports tf_keras; loaded lazily 
 from __future__ import annotations
 
 import logging
-import math
+import sys
 import time
 from typing import Any
 
@@ -21,6 +21,7 @@ import tensorflow as tf
 import tf_keras as keras
 
 from multiworker.trainer._backup_policy import BackupSchedule, steps_between_backups
+from multiworker.trainer._execution import agree
 
 logger = logging.getLogger(__name__)
 
@@ -133,9 +134,4 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 def _agree(strategy: Any, steps: int) -> int:
     """The same step count on every worker: the rounded-up mean of their proposals (exact in
     float32 for any realistic count). A single process needs no agreement."""
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return steps
-    values = strategy.experimental_distribute_values_from_function(
-        lambda _ctx: tf.constant([float(steps), 1.0], tf.float32))
-    total, count = strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
-    return max(1, math.ceil(float(total) / float(count)))
+    return agree(strategy, steps, most=sys.maxsize)

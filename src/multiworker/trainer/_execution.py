@@ -15,17 +15,18 @@ true. Imports tf_keras; loaded lazily by ``trainer.fit``.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from typing import Any
 
 import tensorflow as tf
 import tf_keras as keras
 
-from multiworker.trainer._backup import _agree
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AutoStepsPerExecution", "MAX_STEPS", "TARGET_SECONDS", "configure", "parse_steps_per_execution"]
+__all__ = ["MAX_STEPS", "TARGET_SECONDS", "AutoStepsPerExecution", "Execution", "agree", "configure",
+           "parse_steps_per_execution", "steps_for"]
 
 #: "auto" runs at most this many steps in one call ...
 MAX_STEPS = 10
@@ -67,13 +68,17 @@ def has_own_batch_hooks(callback: Any) -> bool:
 
 class AutoStepsPerExecution(keras.callbacks.Callback):
     """Starts ``fit`` at one step per call, times the calls after ``warmup_calls`` up to
-    ``probe_calls``, then sets the steps per call the workers agree on (the rounded-up mean of
-    their proposals)."""
+    ``probe_calls``, then sets the steps per call the workers agree on: the rounded-up mean of
+    their proposals, or 1 when any of them must keep one step a call (``keep_one``: a callback of
+    its own with batch hooks; under MultiWorkerMirroredStrategy the callbacks may differ by role,
+    the steps per call may not)."""
 
     def __init__(self, *, most: int = MAX_STEPS, target: float = TARGET_SECONDS,
-                 warmup_calls: int = WARMUP_CALLS, probe_calls: int = PROBE_CALLS):
+                 warmup_calls: int = WARMUP_CALLS, probe_calls: int = PROBE_CALLS, keep_one: bool = False,
+                 one_at_epoch_end: bool = False):
         super().__init__()
-        self.most, self.target = most, target
+        self.most, self.target, self.keep_one = most, target, keep_one
+        self.one_at_epoch_end = one_at_epoch_end
         self.warmup_calls = max(1, warmup_calls)
         self.probe_calls = max(self.warmup_calls + 1, probe_calls)
         self.chosen: int | None = None
@@ -84,7 +89,21 @@ class AutoStepsPerExecution(keras.callbacks.Callback):
         self.model.steps_per_execution = 1
         self._calls, self.chosen = 0, None
 
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        if self.chosen and self.one_at_epoch_end:
+            self.model.steps_per_execution = self.chosen
+
+    def _settle_for_validation(self, batch: int) -> None:
+        """One step a call for the calls that end the epoch: Keras builds its validation data
+        handler right after them with the current value, and refuses more than one on validation
+        data of unknown size. Costs at most ``chosen - 1`` one-step calls an epoch."""
+        steps = self.params.get("steps") if self.params else None
+        if self.chosen and self.chosen > 1 and steps and batch + 1 + self.chosen > steps:
+            self.model.steps_per_execution = 1
+
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        if self.one_at_epoch_end:
+            self._settle_for_validation(batch)
         self._calls += 1
         if self._calls == self.warmup_calls:
             self._mark = time.monotonic()
@@ -92,33 +111,100 @@ class AutoStepsPerExecution(keras.callbacks.Callback):
             return
         step_seconds = (time.monotonic() - self._mark) / (self.probe_calls - self.warmup_calls)
         proposal = steps_for(step_seconds, target=self.target, most=self.most)
-        self.chosen = min(self.most, _agree(self.model.distribute_strategy, proposal))
+        self.chosen = agree(self.model.distribute_strategy, proposal, keep_one=self.keep_one, most=self.most)
         self.model.steps_per_execution = self.chosen
-        logger.info("%d steps per execution (%.1f ms a step)", self.chosen, 1000 * step_seconds)
+        if self.one_at_epoch_end:
+            self._settle_for_validation(batch)
+        logger.info("%d steps per execution (%.1f ms a step%s)", self.chosen, 1000 * step_seconds,
+                    "; a worker's callback has batch hooks" if self.chosen == 1 and proposal > 1 else "")
 
 
-def configure(model: Any, requested: str | int | None, user_callbacks: list[Any]) -> tuple[list[Any], int | None]:
-    """Set ``model`` up for ``requested`` steps per execution before ``model.fit``.
+def agree(strategy: Any, proposal: int, *, keep_one: bool = False, most: int = MAX_STEPS) -> int:
+    """The same steps per call on every worker: 1 if any worker must keep one step a call, else
+    the rounded-up mean of the proposals (one small all-reduce; a single process needs none)."""
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return 1 if keep_one else max(1, min(most, proposal))
+    values = strategy.experimental_distribute_values_from_function(
+        lambda _ctx: tf.constant([float(proposal), 1.0, float(keep_one)], tf.float32))
+    total, count, keep = strategy.reduce(tf.distribute.ReduceOp.SUM, values, axis=None).numpy()
+    return 1 if keep > 0 else max(1, min(most, math.ceil(float(total) / float(count))))
 
-    Returns (callbacks to add first, the model's own value to restore after ``fit``; None when
-    nothing changed). "auto" leaves alone a model compiled with its own ``steps_per_execution``,
-    a user callback with batch hooks, and ParameterServerStrategy (its coordinator schedules steps).
+
+class Execution:
+    """What :func:`configure` did to a model: callbacks to add first, and how to undo it."""
+
+    def __init__(self, model: Any = None, own: int | None = None, callbacks: list[Any] | None = None):
+        self.model, self.own, self.callbacks = model, own, list(callbacks or [])
+        if model is not None and own is not None:
+            model.evaluate = self._evaluate_as_compiled
+
+    def _evaluate_as_compiled(self, *args: Any, **kwargs: Any) -> Any:
+        """``fit``'s validation runs as the model was compiled: Keras refuses several steps a call
+        on a dataset of unknown size ("Could not infer the size of the data")."""
+        chosen = int(self.model.steps_per_execution.numpy())
+        self.model.steps_per_execution = self.own
+        try:
+            return type(self.model).evaluate(self.model, *args, **kwargs)
+        finally:
+            self.model.steps_per_execution = chosen
+
+    def restore(self) -> None:
+        """After ``fit``: evaluate and predict run as the model was compiled."""
+        if self.model is not None and self.own is not None:
+            vars(self.model).pop("evaluate", None)
+            self.model.steps_per_execution = self.own
+
+
+def size_known(data: Any, steps: int | None) -> bool:
+    """Whether Keras can tell how many steps ``data`` gives (it refuses several steps a call
+    otherwise): ``steps`` given, a dataset of known cardinality, arrays, or a sized sequence."""
+    if steps:
+        return True
+    if isinstance(data, tf.data.Dataset):
+        return int(data.cardinality()) >= 0
+    if isinstance(data, tuple | list):
+        return bool(data) and all(size_known(d, None) for d in data)
+    if isinstance(data, dict):
+        return bool(data) and all(size_known(d, None) for d in data.values())
+    return hasattr(data, "shape") or hasattr(data, "__len__")
+
+
+def configure(model: Any, requested: str | int | None, user_callbacks: list[Any], *, data: Any = None,
+              steps_per_epoch: int | None = None, fit_kwargs: dict | None = None) -> Execution:
+    """Set ``model`` up for ``requested`` steps per execution before ``model.fit(data, ...)``;
+    call ``restore()`` on the result after it.
+
+    "auto" leaves alone a model compiled with its own ``steps_per_execution``,
+    ParameterServerStrategy (its coordinator schedules steps) and training data of unknown size
+    without ``steps_per_epoch``; a user callback with batch hooks keeps one step a call (on every
+    worker: the choice is agreed); validation data of unknown size is evaluated one step a call.
     """
+    fit_kwargs = fit_kwargs or {}
     steps = parse_steps_per_execution(requested)
     current = getattr(model, "_steps_per_execution", None)
-    if current is None or isinstance(getattr(model, "distribute_strategy", None), tf.distribute.ParameterServerStrategy):
-        return [], None
+    strategy = getattr(model, "distribute_strategy", None)
+    if current is None or isinstance(strategy, tf.distribute.ParameterServerStrategy):
+        return Execution()
     own = int(current.numpy())
+    added: list[Any] = []
     if steps is None:
         if own != 1 or getattr(model, "autotune_steps_per_execution", False):
-            return [], None
+            return Execution()
+        if not size_known(data, steps_per_epoch):
+            logger.info("one step per execution: the training data's size is unknown (pass steps_per_epoch)")
+            return Execution()
         mine = [type(c).__name__ for c in user_callbacks if has_own_batch_hooks(c)]
         if mine:
             logger.info("one step per execution: %s %s batch hooks (pass steps_per_execution=N to fit() "
                         "to run N steps a call anyway)", ", ".join(mine), "has" if len(mine) == 1 else "have")
-            return [], None
+            if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+                return Execution()
+        # Under MWMS every worker builds the same multi-step function and joins the agreement.
+        validation = fit_kwargs.get("validation_data")
+        unsized = validation is not None and not size_known(validation, fit_kwargs.get("validation_steps"))
+        added = [AutoStepsPerExecution(keep_one=bool(mine), one_at_epoch_end=unsized)]
     start = steps or MAX_STEPS  # > 1 when fit begins: Keras builds its multi-step train function
     if own == 1 and start > 1:
         model.train_function = None  # a cached one-step function would ignore the new value
     model.steps_per_execution = start
-    return ([] if steps else [AutoStepsPerExecution()]), own
+    return Execution(model, own, added)

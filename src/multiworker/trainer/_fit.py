@@ -91,15 +91,15 @@ def fit(
     sync_step_metrics(model)
     from multiworker.trainer import _execution
 
-    execution, own_steps = _execution.configure(model, steps_per_execution, list(callbacks or []))
-    all_callbacks = (execution + default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every)
+    execution = _execution.configure(model, steps_per_execution, list(callbacks or []), data=data,
+                                     steps_per_epoch=steps_per_epoch, fit_kwargs=kwargs)
+    all_callbacks = (execution.callbacks + default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every)
                      + list(callbacks or []))
     try:
         history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
                             callbacks=all_callbacks, verbose=verbose, **kwargs)
     finally:
-        if own_steps is not None:  # evaluate and predict after fit run as the model was compiled
-            model.steps_per_execution = own_steps
+        execution.restore()  # evaluate and predict after fit run as the model was compiled
     mark_training_done(ctx)
     return history
 
