@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from multiworker.procs import processes_of_job
+from multiworker.procs import free_ports, processes_of_job
 from multiworker.store import Store
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "fixtures" / "programs"
@@ -27,6 +27,26 @@ def mw_popen(*args: str, home: Path) -> subprocess.Popen:
     env = {**os.environ, "MULTIWORKER_HOME": str(home)}
     return subprocess.Popen([sys.executable, "-m", "multiworker", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, env=env)
+
+
+def two_workers(script: Path, *args: str, env: dict | None = None, timeout: float = 240) -> list[dict]:
+    """Run ``script ARGS`` as two MultiWorkerMirroredStrategy workers on localhost (TF_CONFIG set
+    by hand, no launcher); each must exit 0 and print a JSON line last, returned in index order."""
+    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
+    procs = []
+    for index in range(2):
+        worker_env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(REPO / "src"), **(env or {}),
+                          TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        procs.append(subprocess.Popen([sys.executable, str(script), *args], env=worker_env, text=True,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
+    try:
+        outs = [p.communicate(timeout=timeout) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (_, err) in zip(procs, outs):
+        assert p.returncode == 0, err[-3000:]
+    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
 
 
 def status(home: Path, job: str = "last") -> dict:

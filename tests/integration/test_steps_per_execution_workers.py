@@ -3,39 +3,20 @@ so a callback with batch hooks on one worker only keeps every worker at one step
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from multiworker.procs import free_ports
+from helpers import two_workers
 
 pytestmark = pytest.mark.integration
 
 WORKER = Path(__file__).with_name("_spe_worker.py")
-SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def _two_workers(tmp_path: Path, *args: str) -> list[dict]:
-    cluster = {"worker": [f"127.0.0.1:{p}" for p in free_ports(2)]}
-    procs = []
-    for index in range(2):
-        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", PYTHONPATH=str(SRC), MULTIWORKER_JOB_ID="spe",
-                   MULTIWORKER_OUTPUT_DIR=str(tmp_path), MULTIWORKER_THREADS="1",
-                   TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}}))
-        procs.append(subprocess.Popen([sys.executable, str(WORKER), *args], env=env, text=True,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
-    try:
-        outs = [p.communicate(timeout=240) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (_, err) in zip(procs, outs):
-        assert p.returncode == 0, err[-3000:]
-    return [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    env = {"MULTIWORKER_JOB_ID": "spe", "MULTIWORKER_OUTPUT_DIR": str(tmp_path), "MULTIWORKER_THREADS": "1"}
+    return two_workers(WORKER, *args, env=env)
 
 
 def test_workers_agree_on_several_steps_a_call(tmp_path):

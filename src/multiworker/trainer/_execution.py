@@ -6,12 +6,14 @@ spec, the collective's instance key, a multi-device function call), about 1 ms i
 (BENCHMARKS.md, Scaling). Keras's ``steps_per_execution`` runs several steps in one call and pays
 that once. "auto" chooses the number from the measured step time: as many steps as fit in
 ``TARGET_SECONDS``, at most ``MAX_STEPS``, agreed by all workers (every worker must run the same
-steps in each call), so a slow model keeps one step per call and its progress, backups and
-callbacks still see every step. Batch callbacks see the last step of each call; when the caller
-passes a callback with batch hooks of its own, "auto" keeps one step per call so its counts stay
-true. Imports tf_keras; loaded lazily by ``trainer.fit``.
+steps in each call, or their collectives would not pair up), so a slow model keeps one step per
+call and its progress, backups and callbacks still see every step. Batch callbacks see the last
+step of each call; a caller's callback with batch hooks keeps one step a call, on every worker
+(callbacks may differ by role; the agreement carries the veto). Keras refuses several steps a
+call on data of unknown size: "auto" stands aside for such training data without
+``steps_per_epoch``, and runs the calls that end an epoch one step each before validating on
+such data. Imports tf_keras; loaded lazily by ``trainer.fit``.
 """
-
 from __future__ import annotations
 
 import logging

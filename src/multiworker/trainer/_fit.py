@@ -69,9 +69,10 @@ def fit(
     says how often training state is backed up for a restart to resume from: "auto" (about every
     5 s of training), "epoch", a number of steps, or seconds ("10s"). ``steps_per_execution``
     says how many steps run in one call of the train function: "auto" (as many as fit in 0.5 s,
-    at most 10, chosen after a few steps; one when the model was compiled with its own or a
-    callback in ``callbacks`` has batch hooks) or a number; see
-    :mod:`multiworker.trainer._execution`. Extra keyword arguments go to ``model.fit``.
+    at most 10, chosen after 15 steps and agreed by the workers; one when the model was compiled
+    with its own, a callback in ``callbacks`` has batch hooks, or the data's size is unknown
+    without ``steps_per_epoch``) or a number; see :mod:`multiworker.trainer._execution`. Extra
+    keyword arguments go to ``model.fit``.
     """
     ctx = ctx or context()
     if ctx.is_evaluator:
