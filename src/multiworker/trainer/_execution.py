@@ -12,7 +12,7 @@ step of each call; a caller's callback with batch hooks keeps one step a call, o
 (callbacks may differ by role; the agreement carries the veto). Keras refuses several steps a
 call on data of unknown size: "auto" stands aside for such training data without
 ``steps_per_epoch``, and runs the calls that end an epoch one step each before validating on
-such data. Imports tf_keras; loaded lazily by ``trainer.fit``.
+such data (Keras builds the validation's data handler, and checks it, with the current value). Imports tf_keras; loaded lazily by ``trainer.fit``.
 """
 from __future__ import annotations
 
@@ -137,23 +137,10 @@ class Execution:
 
     def __init__(self, model: Any = None, own: int | None = None, callbacks: list[Any] | None = None):
         self.model, self.own, self.callbacks = model, own, list(callbacks or [])
-        if model is not None and own is not None:
-            model.evaluate = self._evaluate_as_compiled
-
-    def _evaluate_as_compiled(self, *args: Any, **kwargs: Any) -> Any:
-        """``fit``'s validation runs as the model was compiled: Keras refuses several steps a call
-        on a dataset of unknown size ("Could not infer the size of the data")."""
-        chosen = int(self.model.steps_per_execution.numpy())
-        self.model.steps_per_execution = self.own
-        try:
-            return type(self.model).evaluate(self.model, *args, **kwargs)
-        finally:
-            self.model.steps_per_execution = chosen
 
     def restore(self) -> None:
         """After ``fit``: evaluate and predict run as the model was compiled."""
         if self.model is not None and self.own is not None:
-            vars(self.model).pop("evaluate", None)
             self.model.steps_per_execution = self.own
 
 
@@ -179,7 +166,8 @@ def configure(model: Any, requested: str | int | None, user_callbacks: list[Any]
     "auto" leaves alone a model compiled with its own ``steps_per_execution``,
     ParameterServerStrategy (its coordinator schedules steps) and training data of unknown size
     without ``steps_per_epoch``; a user callback with batch hooks keeps one step a call (on every
-    worker: the choice is agreed); validation data of unknown size is evaluated one step a call.
+    worker: the choice is agreed); validation data of unknown size is evaluated one step a call
+    (validation data of known size runs as many as training, as Keras does).
     """
     fit_kwargs = fit_kwargs or {}
     steps = parse_steps_per_execution(requested)
