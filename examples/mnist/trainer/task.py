@@ -23,6 +23,17 @@ from . import model as mnist  # noqa: E402
 DEFAULT_DATA = Path(__file__).resolve().parents[1] / "data" / "mnist.npz"
 
 
+def _checked(parse):
+    """An argparse type that keeps the text but refuses what ``parse`` refuses, with its message."""
+    def check(text: str) -> str:
+        try:
+            parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    return check
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--epochs", type=int, default=2)
@@ -37,10 +48,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="Keras-layout mnist.npz")
     parser.add_argument("--steps-per-epoch", type=int, default=None,
                         help="shorter epochs for quick tests (default: one pass over the data)")
-    parser.add_argument("--backup-every", default="auto",
+    parser.add_argument("--backup-every", default="auto", type=_checked(trainer.parse_backup_every),
                         help="back up training state every N steps, every 'Ns' of training, each 'epoch', "
                              "or 'auto' (about every 5 s); a restart resumes from the last backup")
-    parser.add_argument("--steps-per-execution", default="auto",
+    parser.add_argument("--steps-per-execution", default="auto", type=_checked(trainer.parse_steps_per_execution),
                         help="training steps in one call of the train function: 'auto' (as many as fit "
                              "in 0.5 s, at most 10) or a number; 1 runs Keras's one step per call")
     return parser.parse_args(argv)

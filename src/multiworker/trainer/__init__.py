@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from multiworker.trainer._backup_policy import parse_backup_every
 from multiworker.trainer._callbacks import callbacks
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._evaluator import run_evaluator
@@ -44,6 +45,8 @@ __all__ = [
     "fit",
     "fit_kwargs",
     "mark_training_done",
+    "parse_backup_every",
+    "parse_steps_per_execution",
     "run_evaluator",
     "save_model",
     "serve_if_needed",
@@ -54,13 +57,16 @@ __all__ = [
     "write_metrics_json",
 ]
 
-_KERAS_CLASSES = ("EpochCheckpoint", "MetricsReporter")
+#: Names whose modules import tf_keras: imported only when asked for.
+_LAZY = {"EpochCheckpoint": "_keras_callbacks", "MetricsReporter": "_keras_callbacks",
+         "parse_steps_per_execution": "_execution"}
 
 
 def __getattr__(name: str) -> Any:
-    """Keras callback classes, imported (with tf_keras) only when asked for."""
-    if name in _KERAS_CLASSES:
-        from multiworker.trainer import _keras_callbacks
+    """Keras callback classes and the steps-per-execution parser, imported (with tf_keras) only
+    when asked for."""
+    if name in _LAZY:
+        import importlib
 
-        return getattr(_keras_callbacks, name)
+        return getattr(importlib.import_module(f"multiworker.trainer.{_LAZY[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -17,7 +17,6 @@ import sys
 import time
 from typing import Any
 
-import tensorflow as tf
 import tf_keras as keras
 
 from multiworker.trainer._backup_policy import BackupSchedule, steps_between_backups
@@ -112,7 +111,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
             self._mark = (time.monotonic(), self._steps)
         if self._steps < self._next:
             return
-        if self.interval and self.schedule.mode == "steps":
+        if self.schedule.mode == "steps":
             self._backup(epoch=self._current_epoch, batch=batch)
             self._saved_at, self._next = self._steps, self._steps + self.interval
             return
@@ -123,15 +122,10 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         save_seconds = time.monotonic() - start
         self._saved_at = self._steps
         proposal = steps_between_backups(step_seconds, save_seconds, self.schedule)
-        interval = _agree(self.model.distribute_strategy, proposal)
+        interval = agree(self.model.distribute_strategy, proposal, most=sys.maxsize)  # same on all workers
         if interval != self.interval:
             logger.info("backups every %d steps (%.3f s/step, %.3f s/save)", interval, step_seconds, save_seconds)
         self.interval = interval
         self._next = self._steps + interval
         self._mark = (time.monotonic(), self._steps)
 
-
-def _agree(strategy: Any, steps: int) -> int:
-    """The same step count on every worker: the rounded-up mean of their proposals (exact in
-    float32 for any realistic count). A single process needs no agreement."""
-    return agree(strategy, steps, most=sys.maxsize)

@@ -12,8 +12,10 @@ step of each call; a caller's callback with batch hooks keeps one step a call, o
 (callbacks may differ by role; the agreement carries the veto). Keras refuses several steps a
 call on data of unknown size: "auto" stands aside for such training data without
 ``steps_per_epoch``, and runs the calls that end an epoch one step each before validating on
-such data (Keras builds the validation's data handler, and checks it, with the current value). Imports tf_keras; loaded lazily by ``trainer.fit``.
+such data (Keras builds the validation's data handler, and checks it, with the current value).
+Imports tf_keras; loaded lazily by ``trainer.fit``.
 """
+
 from __future__ import annotations
 
 import logging
@@ -23,7 +25,6 @@ from typing import Any
 
 import tensorflow as tf
 import tf_keras as keras
-
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +80,7 @@ class AutoStepsPerExecution(keras.callbacks.Callback):
                  warmup_calls: int = WARMUP_CALLS, probe_calls: int = PROBE_CALLS, keep_one: bool = False,
                  one_at_epoch_end: bool = False):
         super().__init__()
+        self._supports_tf_logs = True  # it reads no logs: its batch hooks must not force a device sync
         self.most, self.target, self.keep_one = most, target, keep_one
         self.one_at_epoch_end = one_at_epoch_end
         self.warmup_calls = max(1, warmup_calls)
@@ -95,6 +97,23 @@ class AutoStepsPerExecution(keras.callbacks.Callback):
         if self.chosen and self.one_at_epoch_end:
             self.model.steps_per_execution = self.chosen
 
+    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
+        self._calls += 1
+        if self._calls == self.warmup_calls:
+            self._mark = time.monotonic()
+        elif self._calls == self.probe_calls:
+            self._choose()
+        if self.one_at_epoch_end:
+            self._settle_for_validation(batch)
+
+    def _choose(self) -> None:
+        step_seconds = (time.monotonic() - self._mark) / (self.probe_calls - self.warmup_calls)
+        proposal = steps_for(step_seconds, target=self.target, most=self.most)
+        self.chosen = agree(self.model.distribute_strategy, proposal, keep_one=self.keep_one, most=self.most)
+        self.model.steps_per_execution = self.chosen
+        logger.info("%d steps per execution (%.1f ms a step%s)", self.chosen, 1000 * step_seconds,
+                    "; a worker's callback has batch hooks" if self.chosen == 1 and proposal > 1 else "")
+
     def _settle_for_validation(self, batch: int) -> None:
         """One step a call for the calls that end the epoch: Keras builds its validation data
         handler right after them with the current value, and refuses more than one on validation
@@ -102,23 +121,6 @@ class AutoStepsPerExecution(keras.callbacks.Callback):
         steps = self.params.get("steps") if self.params else None
         if self.chosen and self.chosen > 1 and steps and batch + 1 + self.chosen > steps:
             self.model.steps_per_execution = 1
-
-    def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
-        if self.one_at_epoch_end:
-            self._settle_for_validation(batch)
-        self._calls += 1
-        if self._calls == self.warmup_calls:
-            self._mark = time.monotonic()
-        if self._calls != self.probe_calls:
-            return
-        step_seconds = (time.monotonic() - self._mark) / (self.probe_calls - self.warmup_calls)
-        proposal = steps_for(step_seconds, target=self.target, most=self.most)
-        self.chosen = agree(self.model.distribute_strategy, proposal, keep_one=self.keep_one, most=self.most)
-        self.model.steps_per_execution = self.chosen
-        if self.one_at_epoch_end:
-            self._settle_for_validation(batch)
-        logger.info("%d steps per execution (%.1f ms a step%s)", self.chosen, 1000 * step_seconds,
-                    "; a worker's callback has batch hooks" if self.chosen == 1 and proposal > 1 else "")
 
 
 def agree(strategy: Any, proposal: int, *, keep_one: bool = False, most: int = MAX_STEPS) -> int:
