@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+import signal
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from helpers import REPO, epochs_by_attempt, mw, no_processes_left, status
+from helpers import REPO, epochs_by_attempt, mw, mw_popen, no_processes_left, running_job, status, wait_for
 from multiworker.store import Store
 
 pytestmark = pytest.mark.integration
@@ -38,6 +40,25 @@ def test_two_workers_train_and_model_predicts(mw_home):
     chosen = [re.findall(r"(\d+) steps per execution", (out.parent / "attempt_0" / f"worker-{i}.log").read_text())
               for i in (0, 1)]
     assert chosen[0] == chosen[1] and len(chosen[0]) == 1 and 1 <= int(chosen[0][0]) <= 10, chosen
+
+
+def test_ctrl_c_stops_tensorflow_workers_at_once(mw_home):
+    """MultiWorkerMirroredStrategy installs a native SIGTERM handler that only logs; the trainer
+    library puts the default back, so a stop does not wait out the grace period (60 s here)."""
+    launcher = mw_popen("run", JOB, "-q", "--set", "run_policy.grace_period=60s", "--", "--epochs", "50",
+                        home=mw_home)
+    job = running_job(mw_home)
+    logs = [Path(mw_home, "jobs", job["id"], "attempt_0", f"worker-{i}.log") for i in (0, 1)]
+    wait_for(lambda: all("in sync" in log.read_text() for log in logs), timeout=120)  # strategy made
+    start = time.monotonic()
+    launcher.send_signal(signal.SIGINT)
+    launcher.wait(timeout=90)
+    took = time.monotonic() - start
+    assert launcher.returncode == 130
+    assert took < 10, f"the stop took {took:.1f} s: SIGTERM did not end the workers"
+    doc = status(mw_home, job["id"])
+    assert doc["state"] == "Cancelled" and [r["state"] for r in doc["replicas"]] == ["Stopped", "Stopped"]
+    assert no_processes_left(job["id"])
 
 
 def test_injected_kill_resumes_from_epoch_reached(mw_home):

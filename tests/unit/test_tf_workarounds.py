@@ -45,3 +45,28 @@ def test_fit_untunes_only_datasets_under_multi_worker_mirrored():
     assert _fit._untuned_under_mwms(Model(), data) is data  # one process: the user's options stand
     assert _fit._untuned_under_mwms(object(), [1, 2]) == [1, 2]
 
+
+
+def test_sigterm_gets_its_default_action_back_unless_python_handles_it():
+    import signal
+    import threading
+
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        assert _tf_workarounds.sigterm_stops_again() is True
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+        def mine(*_):
+            pass
+
+        signal.signal(signal.SIGTERM, mine)  # e.g. a PreemptionCheckpointHandler: left alone
+        assert _tf_workarounds.sigterm_stops_again() is False
+        assert signal.getsignal(signal.SIGTERM) is mine
+        result = []
+        thread = threading.Thread(target=lambda: result.append(_tf_workarounds.sigterm_stops_again()))
+        thread.start()
+        thread.join()
+        assert result == [False]  # only the main thread may set handlers
+    finally:
+        signal.signal(signal.SIGTERM, previous)

@@ -17,7 +17,7 @@ from multiworker.trainer import _env
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._markers import clear_training_done
 from multiworker.trainer._server import serve_forever
-from multiworker.trainer._tf_workarounds import untuned_per_device_datasets
+from multiworker.trainer._tf_workarounds import sigterm_stops_again, untuned_per_device_datasets
 from multiworker.trainer._threads import configure_threads
 
 logger = logging.getLogger(__name__)
@@ -72,6 +72,7 @@ def _create(ctx: Context) -> Any:
         created = tf.distribute.MirroredStrategy(None if gpus else [f"/cpu:{i}" for i in range(cpus)])
     else:
         created = tf.distribute.get_strategy()
+    sigterm_stops_again()
     logger.info("%s: %s strategy, %d replica(s) in sync", ctx.name, kind, created.num_replicas_in_sync)
     return created
 
