@@ -40,8 +40,9 @@ def test_parse_backup_every_rejects(value):
 
 def test_steps_between_backups():
     auto = parse_backup_every("auto")
-    assert steps_between_backups(0.01, 0.001, auto) == 500  # 5 s of 10 ms steps
-    assert steps_between_backups(0.01, 0.2, auto) == 2000  # a 0.2 s save stretches it to 20 s (1%)
+    assert steps_between_backups(0.01, 0.001, auto) == 200  # 2 s of 10 ms steps
+    assert steps_between_backups(0.01, 0.03, auto) == 200  # a 30 ms save costs 1.5% of 2 s: no stretch
+    assert steps_between_backups(0.01, 0.15, auto) == 1000  # a 0.15 s save stretches it to 10 s (1.5%)
     assert steps_between_backups(0.01, 0.2, parse_backup_every("2s")) == 200  # fixed seconds: no stretch
     assert steps_between_backups(30.0, 0.1, auto) == 1  # steps longer than the interval
     assert steps_between_backups(0.0, 0.0, auto) >= 1

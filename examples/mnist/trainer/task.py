@@ -50,7 +50,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="shorter epochs for quick tests (default: one pass over the data)")
     parser.add_argument("--backup-every", default="auto", type=_checked(trainer.parse_backup_every),
                         help="back up training state every N steps, every 'Ns' of training, each 'epoch', "
-                             "or 'auto' (about every 5 s); a restart resumes from the last backup")
+                             "or 'auto' (about every 2 s); a restart resumes from the last backup")
     parser.add_argument("--steps-per-execution", default="auto", type=_checked(trainer.parse_steps_per_execution),
                         help="training steps in one call of the train function: 'auto' (as many as fit "
                              "in 0.5 s, at most 10) or a number; 1 runs Keras's one step per call")

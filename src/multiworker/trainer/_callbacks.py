@@ -40,8 +40,8 @@ def callbacks(
     """Callbacks for ``model.fit``, in the order they must run.
 
     - BackupAndRestore into ``<checkpoint_dir>/backup``: a restarted group resumes where the last
-      backup left it. ``backup_every``: "auto" (about every 5 s of training, stretched so saving
-      costs at most 1% of it), "epoch", a number of steps, or seconds ("10s"); see
+      backup left it. ``backup_every``: "auto" (about every 2 s of training, stretched so saving
+      costs at most 1.5% of it), "epoch", a number of steps, or seconds ("10s"); see
       :func:`multiworker.trainer._backup_policy.parse_backup_every`;
     - per-epoch checkpoints ``<checkpoint_dir>/ckpt-<epoch>`` for an evaluator replica (kept
       always: evaluators are configuration, and the chief cannot see them in TF_CONFIG);
