@@ -1,10 +1,12 @@
 """A SIGKILL in the middle of an epoch: the restarted 2-worker MNIST group resumes mid-epoch from
-the last step-level backup instead of from the epoch's start."""
+the last step-level backup instead of from the epoch's start, or from the step the chief reached
+when it lost its peer."""
 
 from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -16,9 +18,10 @@ JOB = str(REPO / "examples" / "mnist" / "job.yaml")
 STEPS = 150
 
 
-def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
+def _kill_worker_1_mid_epoch(mw_home, backup_every: str) -> tuple[dict, list[tuple[int, dict]]]:
+    """Kill worker-1 once worker 0 reports step 20; return the job's status and worker 0's epoch lines."""
     proc = mw_popen("run", JOB, "-q", "--set", "run_policy.backoff=0.5s", "--",
-                    "--epochs", "1", "--steps-per-epoch", str(STEPS), "--backup-every", "10", home=mw_home)
+                    "--epochs", "1", "--steps-per-epoch", str(STEPS), "--backup-every", backup_every, home=mw_home)
     try:
         def progressed():  # a progress line past step 20: the backup of step 10 exists
             store = Store(mw_home)
@@ -37,11 +40,27 @@ def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
     assert proc.returncode == 0, out[-3000:]
     doc = status(mw_home)
     assert doc["state"] == "Succeeded" and doc["restarts"] == 1
-    lines = [(m["attempt"], m["data"]) for m in Store(mw_home).metrics(doc["id"], "epoch") if m["replica"] == "worker-0"]
+    assert no_processes_left(doc["id"])
+    return doc, [(m["attempt"], m["data"]) for m in Store(mw_home).metrics(doc["id"], "epoch") if m["replica"] == "worker-0"]
+
+
+def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
+    doc, lines = _kill_worker_1_mid_epoch(mw_home, "10")
     before = [d for a, d in lines if a == 0]
     after = [d for a, d in lines if a == 1]
     assert not before, f"the kill came after the epoch ended: {lines}"
     assert len(after) == 1 and after[0]["steps"] == STEPS
     start = after[0].get("start_step") or 0
     assert 10 <= start < STEPS, f"restarted from step {start}, not from the last backup: {lines}"
-    assert no_processes_left(doc["id"])
+
+
+def test_chief_backs_up_the_step_reached_when_its_peer_is_killed(mw_home):
+    """No periodic backup falls inside the run (every 1000 steps), so only the chief's backup after
+    losing worker-1 lets the restart resume past step 20 (it would start at 0 otherwise)."""
+    doc, lines = _kill_worker_1_mid_epoch(mw_home, "1000")
+    after = [d for a, d in lines if a == 1]
+    assert len(after) == 1 and after[0]["steps"] == STEPS, lines
+    start = after[0].get("start_step") or 0
+    assert 20 <= start < STEPS, f"restarted from step {start}, not from the step reached: {lines}"
+    chief_log = Path(doc["output_dir"]).parent / "attempt_0" / "worker-0.log"
+    assert f"a peer was lost: backed up epoch 1, step {start}" in chief_log.read_text()

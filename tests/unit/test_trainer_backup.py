@@ -108,3 +108,42 @@ def test_choose_precision_rejects_unknown():
     with pytest.raises(ValueError, match="expected one of auto, float32"):
         choose_precision("bf16", set())
     assert choose_precision("auto", set()) == "float32"
+
+
+def test_a_sigterm_inside_deferred_sigterm_acts_when_the_block_ends():
+    import os
+    import signal
+
+    from multiworker.trainer._peer_loss import deferred_sigterm
+
+    seen = []
+    previous = signal.signal(signal.SIGTERM, lambda signum, _frame: seen.append(signum))
+    try:
+        with deferred_sigterm():
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(1000):  # let Python run its handlers: the signal is only held
+                pass
+            assert seen == []
+        assert seen == [signal.SIGTERM]  # delivered to the handler in place before the block
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_only_a_lost_peer_triggers_the_last_backup():
+    import tensorflow as tf
+
+    from multiworker.trainer._peer_loss import save_after_peer_loss
+
+    class Backup:
+        calls = 0
+
+        def save_after_peer_loss(self):
+            Backup.calls += 1
+            return True
+
+    callbacks = [object(), Backup()]
+    assert save_after_peer_loss(callbacks, tf.errors.UnavailableError(None, None, "peer gone")) is True
+    assert save_after_peer_loss(callbacks, tf.errors.InvalidArgumentError(None, None, "a bug")) is False
+    assert save_after_peer_loss(callbacks, ValueError("a bug")) is False
+    assert save_after_peer_loss([object()], tf.errors.UnavailableError(None, None, "peer gone")) is False
+    assert Backup.calls == 1

@@ -7,7 +7,9 @@ worker must save at the same step, so the interval is a step count the workers a
 mean of their proposals, one small all-reduce per backup), re-derived at each backup from the
 measured step and save times. Steps are counted from the step indices Keras passes to the batch
 hooks, not from the hook calls, so the schedule holds with several steps per execution (a call of
-the train function that runs N steps counts N). Imports tf_keras; loaded lazily by the package.
+the train function that runs N steps counts N). When a peer is lost, the chief also saves the step
+it reached (``save_after_peer_loss``, see :mod:`multiworker.trainer._peer_loss`). Imports tf_keras;
+loaded lazily by the package.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import tf_keras as keras
 
 from multiworker.trainer._backup_policy import BackupSchedule, steps_between_backups
 from multiworker.trainer._execution import agree
+from multiworker.trainer._peer_loss import deferred_sigterm, local_metric_reads
 
 logger = logging.getLogger(__name__)
 
@@ -65,6 +68,9 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self.backups = 0
         self.save_seconds = 0.0  # spent saving, over the whole fit
         self._fit_start = 0.0
+        self._epoch_iterations: int | None = None  # optimizer steps applied when the epoch began
+        self._epoch_first_batch: int | None = None  # the epoch's first step (not 0 when resumed)
+        self._saved_batch: int | None = None  # the step of this epoch's last backup
 
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
@@ -82,7 +88,34 @@ class StepBackup(keras.callbacks.BackupAndRestore):
                     self.save_seconds, 100 * self.save_seconds / max(seconds, 1e-9), seconds)
         super().on_train_end(logs)
 
+    def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
+        super().on_epoch_begin(epoch, logs)
+        self._epoch_first_batch = self._saved_batch = None
+        self._epoch_iterations = _applied_steps(self.model)
+
+    def save_after_peer_loss(self) -> bool:
+        """Called when ``fit`` failed because a peer was lost: on the chief, back up the step this
+        worker reached, without any collective. True if a backup was written."""
+        strategy = self.model.distribute_strategy
+        if not strategy.extended.should_checkpoint or self._epoch_first_batch is None:
+            return False
+        applied, at_begin = _applied_steps(self.model), self._epoch_iterations
+        if applied is None or at_begin is None or applied <= at_begin:
+            return False
+        batch = self._epoch_first_batch + applied - at_begin - 1
+        if batch == self._saved_batch:
+            return False
+        since = batch - (self._epoch_first_batch - 1 if self._saved_batch is None else self._saved_batch)
+        with local_metric_reads() as local, deferred_sigterm():
+            if not local:
+                return False
+            self._backup(epoch=self._current_epoch, batch=batch)
+        logger.info("a peer was lost: backed up epoch %d, step %d (%d steps after the last backup)",
+                    self._current_epoch + 1, batch + 1, since)
+        return True
+
     def _backup(self, epoch: int, batch: int = 0) -> None:
+        self._saved_batch = batch
         start = time.monotonic()
         # tf-keras records the step at on_train_batch_begin, the first of a call; the weights saved
         # here are those after ``batch``, the call's last step, where a restart must resume after.
@@ -101,6 +134,8 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         super().on_train_batch_begin(batch, logs)
+        if self._epoch_first_batch is None:
+            self._epoch_first_batch = batch
         self._call_start = batch  # the first step of this call; on_train_batch_end gets its last
 
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
@@ -129,3 +164,9 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._next = self._steps + interval
         self._mark = (time.monotonic(), self._steps)
 
+
+
+def _applied_steps(model: Any) -> int | None:
+    """Optimizer steps applied so far (this worker's copy, no collective); None without an optimizer."""
+    iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
+    return None if iterations is None else int(iterations.numpy())

@@ -99,6 +99,11 @@ def fit(
     try:
         history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
                             callbacks=all_callbacks, verbose=verbose, **kwargs)
+    except Exception as exc:
+        from multiworker.trainer._peer_loss import save_after_peer_loss
+
+        save_after_peer_loss(all_callbacks, exc)  # the chief keeps the step reached for the restart
+        raise
     finally:
         execution.restore()  # evaluate and predict after fit run as the model was compiled
     mark_training_done(ctx)
