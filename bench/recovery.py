@@ -2,10 +2,13 @@
 at 30% and at 70% of the clean run's training (--inject-failure, seconds after the first attempt
 started = clean start-up + fraction x clean training time).
 
+``--kill worker-0`` kills the chief instead (it cannot back up the step it reached, so the restart
+resumes from the last periodic backup).
+
 Reports each run's wall, the extra wall over the clean run as a fraction of it (target <= 0.15),
 test accuracy, restarts, load average before/after, and the backups' own cost on the clean run
 (StepBackup's logged seconds spent saving over training seconds, target <= 2%).
-Usage: python bench/recovery.py [--backup-every auto] [--at 0.3 0.7] [-- trainer args]
+Usage: python bench/recovery.py [--backup-every auto] [--at 0.3 0.7] [--kill worker-1] [-- trainer args]
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--backup-every", default="auto")
     parser.add_argument("--at", type=float, nargs="+", default=[0.3, 0.7])
+    parser.add_argument("--kill", default="worker-1", help="the replica to SIGKILL (default: worker-1)")
     args = parser.parse_args(argv)
     trainer_args = [*extra, "--backup-every", args.backup_every]
     clean = run_multiworker(trainer_args)
@@ -45,7 +49,7 @@ def main(argv: list[str]) -> int:
     killed = []
     for fraction in args.at:
         at = clean["startup_seconds"] + fraction * clean["train_seconds"]
-        run = run_multiworker(trainer_args, extra=["--inject-failure", f"worker-1@{at:.1f}s:KILL",
+        run = run_multiworker(trainer_args, extra=["--inject-failure", f"{args.kill}@{at:.1f}s:KILL",
                                                    "--set", "run_policy.backoff=0.5s"])
         run.update(kill_fraction=fraction, kill_at_seconds=round(at, 1),
                    extra_wall_fraction=round((run["wall_seconds"] - clean["wall_seconds"]) / clean["wall_seconds"], 3))
