@@ -67,7 +67,9 @@ def fit(
     the replica's cores), and a step's metrics are synchronised in one all-reduce instead of one
     per variable and logged value (:mod:`multiworker.trainer._metric_sync`). ``backup_every``
     says how often training state is backed up for a restart to resume from: "auto" (about every
-    2 s of training), "epoch", a number of steps, or seconds ("10s"). ``steps_per_execution``
+    2 s of training), "epoch", a number of steps, or seconds ("10s"); with any but "epoch", the
+    chief also backs up the step it reached when ``model.fit`` fails because a peer was lost
+    (:mod:`multiworker.trainer._peer_loss`), then re-raises. ``steps_per_execution``
     says how many steps run in one call of the train function: "auto" (as many as fit in 0.5 s,
     at most 10, chosen after 15 steps and agreed by the workers; one when the model was compiled
     with its own, a callback in ``callbacks`` has batch hooks, or the data's size is unknown
