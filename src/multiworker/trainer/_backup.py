@@ -165,7 +165,6 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._mark = (time.monotonic(), self._steps)
 
 
-
 def _applied_steps(model: Any) -> int | None:
     """Optimizer steps applied so far (this worker's copy, no collective); None without an optimizer."""
     iterations = getattr(getattr(model, "optimizer", None), "iterations", None)
