@@ -44,6 +44,25 @@ def test_final_metrics_after_a_flood_of_output_are_kept(tmp_path, mw_home):
     assert sorted(m["replica"] for m in finals) == ["worker-0", "worker-1"]
 
 
+def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace_period_and_told(tmp_path, mw_home):
+    spec = _spec(tmp_path, "stubborn.py", STUBBORN, "run_policy: {grace_period: 1s}\n")
+    launcher = mw_popen("run", spec, "-q", home=mw_home)
+    try:
+        job = running_job(mw_home)
+        time.sleep(1.0)  # the replicas have installed their SIGTERM handler
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(timeout=30)
+        assert launcher.returncode == 130
+        events = [e for e in Store(mw_home).events(job["id"]) if e["reason"] == "GracePeriodExceeded"]
+        assert sorted(e["replica"] for e in events) == ["worker-0", "worker-1"]
+        assert "multiworker.trainer.strategy()" in events[0]["message"]
+        assert no_processes_left(job["id"])
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            subprocess.run(["pkill", "-9", "-f", "stubborn.py"], check=False)
+
+
 def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
     spec = _spec(tmp_path, "stubborn.py", STUBBORN, "run_policy: {grace_period: 120s}\n")
     launcher = mw_popen("run", spec, "-q", home=mw_home)
@@ -59,6 +78,7 @@ def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
         assert launcher.returncode == 130
         assert status(mw_home)["state"] == "Cancelled"
         assert no_processes_left(job["id"])
+        assert not [e for e in Store(mw_home).events(job["id"]) if e["reason"] == "GracePeriodExceeded"]
     finally:
         if launcher.poll() is None:
             launcher.kill()

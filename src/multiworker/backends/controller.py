@@ -88,6 +88,7 @@ class GroupController:
         self.attempt = 0
         self._group_open = False
         self._stop_signal: int | None = None
+        self._killed_now = False  # a second stop signal SIGKILLed the replicas
         self._started = 0.0
         self._first_attempt_started = 0.0
         self._last_sample = 0.0
@@ -262,13 +263,19 @@ class GroupController:
         for rid in rids:
             if before.get(rid) is None:
                 self.replicas[rid].stopped_by_us = True
-        self.group.stop(rids, self.spec.run_policy.grace_period)
+        grace = self.spec.run_policy.grace_period
+        self.group.stop(rids, grace)
         after = self.group.poll()
         for rid in rids:
             rep = self.replicas[rid]
             if rep.returncode is None:
                 code = after.get(rid)
                 rep.returncode = -signal.SIGKILL if code is None else code
+                if rep.stopped_by_us and rep.returncode == -signal.SIGKILL and grace > 0 and not self._killed_now:
+                    self._event("GracePeriodExceeded", f"still running {grace:g}s (grace_period) after SIGTERM: "
+                                "SIGKILLed. A TensorFlow MultiWorkerMirroredStrategy replica ignores SIGTERM "
+                                "unless its trainer builds the strategy with multiworker.trainer.strategy()",
+                                replica=rid.name, warning=True)
                 self._record_exit(rep)
 
     def _stop_all(self) -> None:
@@ -351,6 +358,7 @@ class GroupController:
     def _kill_now(self) -> None:
         """SIGKILL every replica that still runs, at once (called from a signal handler)."""
         self.obs.on_event("Killing", "second stop signal: SIGKILL to every replica now", replica=None, warning=True)
+        self._killed_now = True
         for rid, rep in list(self.replicas.items()):
             if rep.returncode is None:
                 try:
