@@ -271,7 +271,7 @@ class GroupController:
             if rep.returncode is None:
                 code = after.get(rid)
                 rep.returncode = -signal.SIGKILL if code is None else code
-                if rep.stopped_by_us and rep.returncode == -signal.SIGKILL and grace > 0 and not self._killed_now:
+                if rep.stopped_by_us and code == -signal.SIGKILL and grace > 0 and not self._killed_now:
                     self._event("GracePeriodExceeded", f"still running {grace:g}s (grace_period) after SIGTERM: "
                                 "SIGKILLed. A TensorFlow MultiWorkerMirroredStrategy replica ignores SIGTERM "
                                 "unless its trainer builds the strategy with multiworker.trainer.strategy()",
