@@ -12,7 +12,8 @@ here, as much as a restart costs); ``--no-clean-after`` compares with the first 
 Reports each run's wall, the extra wall over the clean runs as a fraction of them (target <= 0.15),
 test accuracy, restarts, load average before/after, and the backups' own cost on the clean run
 (StepBackup's logged seconds spent saving over training seconds, target <= 2%).
-Usage: python bench/recovery.py [--backup-every auto] [--at 0.3 0.7] [--kill worker-1] [-- trainer args]
+Usage: python bench/recovery.py [--backup-every auto] [--at 0.3 0.7] [--kill worker-1] [--no-clean-after]
+                                [-- trainer args]
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@ replicas ignore SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import subprocess
 import sys
@@ -44,31 +45,39 @@ def test_final_metrics_after_a_flood_of_output_are_kept(tmp_path, mw_home):
     assert sorted(m["replica"] for m in finals) == ["worker-0", "worker-1"]
 
 
-def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace_period_and_told(tmp_path, mw_home):
-    spec = _spec(tmp_path, "stubborn.py", STUBBORN, "run_policy: {grace_period: 1s}\n")
+@contextlib.contextmanager
+def _stubborn_job(tmp_path, mw_home, grace: str):
+    """Launch two replicas that ignore SIGTERM; yield (launcher, job) once they have installed
+    their handler. Afterwards nothing of theirs is left running, whatever the test did."""
+    spec = _spec(tmp_path, "stubborn.py", STUBBORN, f"run_policy: {{grace_period: {grace}}}\n")
     launcher = mw_popen("run", spec, "-q", home=mw_home)
     try:
         job = running_job(mw_home)
         time.sleep(1.0)  # the replicas have installed their SIGTERM handler
-        launcher.send_signal(signal.SIGINT)
-        launcher.wait(timeout=30)
-        assert launcher.returncode == 130
-        events = [e for e in Store(mw_home).events(job["id"]) if e["reason"] == "GracePeriodExceeded"]
-        assert sorted(e["replica"] for e in events) == ["worker-0", "worker-1"]
-        assert "multiworker.trainer.strategy()" in events[0]["message"]
-        assert no_processes_left(job["id"])
+        yield launcher, job
     finally:
         if launcher.poll() is None:
             launcher.kill()
             subprocess.run(["pkill", "-9", "-f", "stubborn.py"], check=False)
 
 
+def _grace_events(mw_home, job: dict) -> list[dict]:
+    return [e for e in Store(mw_home).events(job["id"]) if e["reason"] == "GracePeriodExceeded"]
+
+
+def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace_period_and_told(tmp_path, mw_home):
+    with _stubborn_job(tmp_path, mw_home, "1s") as (launcher, job):
+        launcher.send_signal(signal.SIGINT)
+        launcher.wait(timeout=30)
+        assert launcher.returncode == 130
+        events = _grace_events(mw_home, job)
+        assert sorted(e["replica"] for e in events) == ["worker-0", "worker-1"]
+        assert "multiworker.trainer.strategy()" in events[0]["message"]
+        assert no_processes_left(job["id"])
+
+
 def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
-    spec = _spec(tmp_path, "stubborn.py", STUBBORN, "run_policy: {grace_period: 120s}\n")
-    launcher = mw_popen("run", spec, "-q", home=mw_home)
-    try:
-        job = running_job(mw_home)
-        time.sleep(1.0)  # the replicas have installed their SIGTERM handler
+    with _stubborn_job(tmp_path, mw_home, "120s") as (launcher, job):
         launcher.send_signal(signal.SIGINT)
         time.sleep(1.0)
         start = time.monotonic()
@@ -78,8 +87,4 @@ def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
         assert launcher.returncode == 130
         assert status(mw_home)["state"] == "Cancelled"
         assert no_processes_left(job["id"])
-        assert not [e for e in Store(mw_home).events(job["id"]) if e["reason"] == "GracePeriodExceeded"]
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-            subprocess.run(["pkill", "-9", "-f", "stubborn.py"], check=False)
+        assert not _grace_events(mw_home, job)  # the user cut the grace period: nothing to explain

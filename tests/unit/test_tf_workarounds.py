@@ -46,7 +46,6 @@ def test_fit_untunes_only_datasets_under_multi_worker_mirrored():
     assert _fit._untuned_under_mwms(object(), [1, 2]) == [1, 2]
 
 
-
 def test_sigterm_gets_its_default_action_back_unless_python_handles_it():
     import signal
     import threading

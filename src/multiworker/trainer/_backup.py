@@ -103,15 +103,16 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         if applied is None or at_begin is None or applied <= at_begin:
             return False
         batch = self._epoch_first_batch + applied - at_begin - 1
-        if batch == self._saved_batch:
+        last = self._epoch_first_batch - 1 if self._saved_batch is None else self._saved_batch
+        if batch <= last:  # nothing trained since the last backup
             return False
-        since = batch - (self._epoch_first_batch - 1 if self._saved_batch is None else self._saved_batch)
         with local_metric_reads() as local, deferred_sigterm():
             if not local:
                 return False
             self._backup(epoch=self._current_epoch, batch=batch)
-        logger.info("a peer was lost: backed up epoch %d, step %d (%d steps after the last backup)",
-                    self._current_epoch + 1, batch + 1, since)
+            # inside the block: a SIGTERM held during the save ends the process as the block ends
+            logger.info("a peer was lost: backed up epoch %d, step %d (%d steps after the last backup)",
+                        self._current_epoch + 1, batch + 1, batch - last)
         return True
 
     def _backup(self, epoch: int, batch: int = 0) -> None:

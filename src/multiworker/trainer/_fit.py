@@ -10,6 +10,7 @@ from multiworker.trainer._callbacks import callbacks as default_callbacks
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._markers import mark_training_done
 from multiworker.trainer._metric_sync import sync_step_metrics
+from multiworker.trainer._peer_loss import save_after_peer_loss
 from multiworker.trainer._strategy import fit_kwargs, serve_if_needed
 
 logger = logging.getLogger(__name__)
@@ -102,8 +103,6 @@ def fit(
         history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
                             callbacks=all_callbacks, verbose=verbose, **kwargs)
     except Exception as exc:
-        from multiworker.trainer._peer_loss import save_after_peer_loss
-
         save_after_peer_loss(all_callbacks, exc)  # the chief keeps the step reached for the restart
         raise
     finally:
