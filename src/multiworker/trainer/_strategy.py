@@ -15,6 +15,7 @@ from typing import Any
 
 from multiworker.trainer import _env
 from multiworker.trainer._context import Context, context
+from multiworker.trainer._leader import leader_address, wait_for_leader
 from multiworker.trainer._markers import clear_training_done
 from multiworker.trainer._server import serve_forever
 from multiworker.trainer._tf_workarounds import sigterm_stops_again, untuned_per_device_datasets
@@ -66,6 +67,7 @@ def _create(ctx: Context) -> Any:
         tf.distribute.coordinator.ClusterCoordinator(created)
     elif kind == "multi_worker_mirrored":
         untuned_per_device_datasets(tf)
+        _wait_for_leader(ctx)
         created = tf.distribute.MultiWorkerMirroredStrategy()
     elif kind == "mirrored":
         untuned_per_device_datasets(tf)
@@ -75,6 +77,15 @@ def _create(ctx: Context) -> Any:
     sigterm_stops_again()
     logger.info("%s: %s strategy, %d replica(s) in sync", ctx.name, kind, created.num_replicas_in_sync)
     return created
+
+
+def _wait_for_leader(ctx: Context) -> None:
+    """On a non-leader, wait for the coordination leader's server (see :mod:`._leader`)."""
+    address = None if ctx.is_chief else leader_address(ctx.cluster)
+    if address:
+        waited = wait_for_leader(address)
+        if waited is not None and waited >= 1.0:
+            logger.info("%s: waited %.1f s for the coordination leader at %s", ctx.name, waited, address)
 
 
 def strategy(ctx: Context | None = None) -> Any:
