@@ -9,11 +9,14 @@ A second clean run comes after the killed ones, and the extra wall of a killed r
 against the mean of the two clean runs (the clean runs alone vary by several percent between runs
 here, as much as a restart costs); ``--no-clean-after`` compares with the first one only.
 
+``--backoff`` sets the group's first restart delay (``run_policy.backoff``; default 0.5s, as in every
+earlier measurement); several values run the kills once for each, in the same round.
+
 Reports each run's wall, the extra wall over the clean runs as a fraction of them (target <= 0.15),
 test accuracy, restarts, load average before/after, and the backups' own cost on the clean run
 (StepBackup's logged seconds spent saving over training seconds, target <= 2%).
-Usage: python bench/recovery.py [--backup-every auto] [--at 0.3 0.7] [--kill worker-1] [--no-clean-after]
-                                [-- trainer args]
+Usage: python bench/recovery.py [--backup-every auto] [--at 0.3 0.7] [--kill worker-1] [--backoff 0.5s ...]
+                                [--no-clean-after] [-- trainer args]
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backup-every", default="auto")
     parser.add_argument("--at", type=float, nargs="+", default=[0.3, 0.7])
     parser.add_argument("--kill", default="worker-1", help="the replica to SIGKILL (default: worker-1)")
+    parser.add_argument("--backoff", nargs="+", default=["0.5s"],
+                        help="first restart delay(s) of the killed runs (default: 0.5s)")
     parser.add_argument("--no-clean-after", dest="clean_after", action="store_false",
                         help="skip the second clean run; compare with the first one only")
     args = parser.parse_args(argv)
@@ -54,13 +59,14 @@ def main(argv: list[str]) -> int:
     clean["backup_cost"] = backup_cost(clean["home"])
     print(f"clean: {json.dumps(clean)}", file=sys.stderr, flush=True)
     killed = []
-    for fraction in args.at:
-        at = clean["startup_seconds"] + fraction * clean["train_seconds"]
-        run = run_multiworker(trainer_args, extra=["--inject-failure", f"{args.kill}@{at:.1f}s:KILL",
-                                                   "--set", "run_policy.backoff=0.5s"])
-        run.update(kill_fraction=fraction, kill_at_seconds=round(at, 1))
-        killed.append(run)
-        print(f"kill at {fraction:.0%}: {json.dumps(run)}", file=sys.stderr, flush=True)
+    for backoff in args.backoff:
+        for fraction in args.at:
+            at = clean["startup_seconds"] + fraction * clean["train_seconds"]
+            run = run_multiworker(trainer_args, extra=["--inject-failure", f"{args.kill}@{at:.1f}s:KILL",
+                                                       "--set", f"run_policy.backoff={backoff}"])
+            run.update(kill_fraction=fraction, kill_at_seconds=round(at, 1), backoff=backoff)
+            killed.append(run)
+            print(f"kill at {fraction:.0%}, backoff {backoff}: {json.dumps(run)}", file=sys.stderr, flush=True)
     cleans = [clean]
     if args.clean_after:
         cleans.append(run_multiworker(trainer_args))
