@@ -5,6 +5,7 @@ when it lost its peer."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 from pathlib import Path
 
@@ -52,6 +53,18 @@ def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
     assert len(after) == 1 and after[0]["steps"] == STEPS
     start = after[0].get("start_step") or 0
     assert 10 <= start < STEPS, f"restarted from step {start}, not from the last backup: {lines}"
+    # Only the chief writes the backups: worker-1 takes part in each (the same count) but saves nothing.
+    attempt = Path(doc["output_dir"]).parent / "attempt_1"
+    (chief_n, chief_s), (other_n, other_s) = (_backups_logged(attempt / f"worker-{i}.log") for i in (0, 1))
+    assert chief_n == other_n >= 3
+    assert other_s < chief_s / 4, f"worker-1 spent {other_s} s saving, the chief {chief_s} s"
+
+
+def _backups_logged(log: Path) -> tuple[int, float]:
+    """(backups taken, seconds spent saving) from StepBackup's last summary line in ``log``."""
+    found = re.findall(r"backups: (\d+) taken, ([\d.]+) s saving", log.read_text())
+    assert found, f"no backup summary in {log}"
+    return int(found[-1][0]), float(found[-1][1])
 
 
 def test_chief_backs_up_the_step_reached_when_its_peer_is_killed(mw_home):

@@ -8,12 +8,21 @@ mean of their proposals, one small all-reduce per backup), re-derived at each ba
 measured step and save times. Steps are counted from the step indices Keras passes to the batch
 hooks, not from the hook calls, so the schedule holds with several steps per execution (a call of
 the train function that runs N steps counts N). When a peer is lost, the chief also saves the step
-it reached (``save_after_peer_loss``, see :mod:`multiworker.trainer._peer_loss`). Imports tf_keras;
-loaded lazily by the package.
+it reached (``save_after_peer_loss``, see :mod:`multiworker.trainer._peer_loss`).
+
+Under MultiWorkerMirroredStrategy only the chief writes a backup. tf-keras has every worker save,
+the others into a temporary directory deleted at once, only so that each takes part in the
+all-reduces that read the SyncOnReadVariables (Keras's metric totals and counts,
+BatchNormalization's moving statistics). Here the chief saves those from its own part, scaled to
+all workers for a sum, as the last backup after a peer loss does, so a backup runs no collective
+and the other workers write nothing. A restart therefore resumes those variables from the chief's
+values (the resumed epoch's running training metrics, and moving statistics that keep updating);
+weights, optimizer state and the step are exact. Imports tf_keras; loaded lazily by the package.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import sys
 import time
@@ -78,6 +87,9 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         batch = int(self._training_state._ckpt_saved_batch.numpy())
         if epoch >= 0 and batch >= 0:
             logger.info("resuming from the backup taken at epoch %d, step %d", epoch + 1, batch + 1)
+        # Created on first save otherwise, by the chief alone now (below); under
+        # MultiWorkerMirroredStrategy a variable's creation is a collective every worker must join.
+        self._training_state.write_checkpoint_manager._checkpoint.save_counter  # noqa: B018
         self._steps, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
         self._call_start = 0
         self.backups, self.save_seconds, self._fit_start = 0, 0.0, time.monotonic()
@@ -121,7 +133,10 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         # tf-keras records the step at on_train_batch_begin, the first of a call; the weights saved
         # here are those after ``batch``, the call's last step, where a restart must resume after.
         self._training_state._ckpt_saved_batch.assign(batch)
-        super()._backup(epoch=epoch, batch=batch)
+        strategy = self.model.distribute_strategy
+        with _local_reads_under_mwms(strategy) as local:
+            if not local or strategy.extended.should_checkpoint:
+                super()._backup(epoch=epoch, batch=batch)
         self.backups += 1
         self.save_seconds += time.monotonic() - start
 
@@ -164,6 +179,18 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self.interval = interval
         self._next = self._steps + interval
         self._mark = (time.monotonic(), self._steps)
+
+
+def _local_reads_under_mwms(strategy: Any) -> Any:
+    """Under MultiWorkerMirroredStrategy, the metric variables saved from this worker's own part
+    (:func:`local_metric_reads`): the save then runs no collective, so the other workers need not
+    save along (tf-keras has them write a copy into a temporary directory and delete it, only to
+    take part in those collectives). Elsewhere a no-op that yields False."""
+    import tensorflow as tf
+
+    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return local_metric_reads()
+    return contextlib.nullcontext(False)
 
 
 def _applied_steps(model: Any) -> int | None:
