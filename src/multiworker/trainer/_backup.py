@@ -80,6 +80,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._epoch_iterations: int | None = None  # optimizer steps applied when the epoch began
         self._epoch_first_batch: int | None = None  # the epoch's first step (not 0 when resumed)
         self._saved_batch: int | None = None  # the step of this epoch's last backup
+        self._chief_saves_alone = False  # under MWMS the other workers skip the save (see the module doc)
 
     def on_train_begin(self, logs: Any = None) -> None:
         super().on_train_begin(logs)
@@ -87,9 +88,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         batch = int(self._training_state._ckpt_saved_batch.numpy())
         if epoch >= 0 and batch >= 0:
             logger.info("resuming from the backup taken at epoch %d, step %d", epoch + 1, batch + 1)
-        # Created on first save otherwise, by the chief alone now (below); under
-        # MultiWorkerMirroredStrategy a variable's creation is a collective every worker must join.
-        self._training_state.write_checkpoint_manager._checkpoint.save_counter  # noqa: B018
+        self._chief_saves_alone = _create_save_counter(self._training_state)
         self._steps, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
         self._call_start = 0
         self.backups, self.save_seconds, self._fit_start = 0, 0.0, time.monotonic()
@@ -135,7 +134,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._training_state._ckpt_saved_batch.assign(batch)
         strategy = self.model.distribute_strategy
         with _local_reads_under_mwms(strategy) as local:
-            if not local or strategy.extended.should_checkpoint:
+            if not (local and self._chief_saves_alone) or strategy.extended.should_checkpoint:
                 super()._backup(epoch=epoch, batch=batch)
         self.backups += 1
         self.save_seconds += time.monotonic() - start
@@ -179,6 +178,17 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self.interval = interval
         self._next = self._steps + interval
         self._mark = (time.monotonic(), self._steps)
+
+
+def _create_save_counter(training_state: Any) -> bool:
+    """Create the backup checkpoint's ``save_counter`` now, on every worker (a checkpoint creates it
+    at its first save, and under MultiWorkerMirroredStrategy creating a variable is a collective
+    every worker must join, so the chief could not then save alone). True once it exists."""
+    checkpoint = getattr(getattr(training_state, "write_checkpoint_manager", None), "_checkpoint", None)
+    try:
+        return checkpoint is not None and checkpoint.save_counter is not None
+    except AttributeError:  # pragma: no cover - a TensorFlow without it: every worker saves, as before
+        return False
 
 
 def _local_reads_under_mwms(strategy: Any) -> Any:
