@@ -28,6 +28,7 @@ import sys
 import time
 from typing import Any
 
+import tensorflow as tf
 import tf_keras as keras
 
 from multiworker.trainer._backup_policy import BackupSchedule, steps_between_backups
@@ -88,7 +89,8 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         batch = int(self._training_state._ckpt_saved_batch.numpy())
         if epoch >= 0 and batch >= 0:
             logger.info("resuming from the backup taken at epoch %d, step %d", epoch + 1, batch + 1)
-        self._chief_saves_alone = _create_save_counter(self._training_state)
+        mwms = isinstance(self.model.distribute_strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        self._chief_saves_alone = mwms and _create_save_counter(self._training_state)
         self._steps, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
         self._call_start = 0
         self.backups, self.save_seconds, self._fit_start = 0, 0.0, time.monotonic()
@@ -132,9 +134,9 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         # tf-keras records the step at on_train_batch_begin, the first of a call; the weights saved
         # here are those after ``batch``, the call's last step, where a restart must resume after.
         self._training_state._ckpt_saved_batch.assign(batch)
-        strategy = self.model.distribute_strategy
-        with _local_reads_under_mwms(strategy) as local:
-            if not (local and self._chief_saves_alone) or strategy.extended.should_checkpoint:
+        # Every worker decides alike: local reads on the chief and no save elsewhere, or all save.
+        with local_metric_reads() if self._chief_saves_alone else contextlib.nullcontext(False) as local:
+            if not local or self.model.distribute_strategy.extended.should_checkpoint:
                 super()._backup(epoch=epoch, batch=batch)
         self.backups += 1
         self.save_seconds += time.monotonic() - start
@@ -183,24 +185,10 @@ class StepBackup(keras.callbacks.BackupAndRestore):
 def _create_save_counter(training_state: Any) -> bool:
     """Create the backup checkpoint's ``save_counter`` now, on every worker (a checkpoint creates it
     at its first save, and under MultiWorkerMirroredStrategy creating a variable is a collective
-    every worker must join, so the chief could not then save alone). True once it exists."""
+    every worker must join, so the chief could not then save alone). True once it exists; False,
+    creating nothing, where TensorFlow lacks these (every worker then saves, as tf-keras does)."""
     checkpoint = getattr(getattr(training_state, "write_checkpoint_manager", None), "_checkpoint", None)
-    try:
-        return checkpoint is not None and checkpoint.save_counter is not None
-    except AttributeError:  # pragma: no cover - a TensorFlow without it: every worker saves, as before
-        return False
-
-
-def _local_reads_under_mwms(strategy: Any) -> Any:
-    """Under MultiWorkerMirroredStrategy, the metric variables saved from this worker's own part
-    (:func:`local_metric_reads`): the save then runs no collective, so the other workers need not
-    save along (tf-keras has them write a copy into a temporary directory and delete it, only to
-    take part in those collectives). Elsewhere a no-op that yields False."""
-    import tensorflow as tf
-
-    if isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return local_metric_reads()
-    return contextlib.nullcontext(False)
+    return getattr(checkpoint, "save_counter", None) is not None
 
 
 def _applied_steps(model: Any) -> int | None:
