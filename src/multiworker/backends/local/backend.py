@@ -77,7 +77,10 @@ class LocalBackend(Backend):
         try:
             _network_event(store, job_id, observer, network.name if network else None, why)
             group = LocalGroup(network=network, ports=ports)
-            return GroupController(store, job_id, group, observer).run()
+            try:
+                return GroupController(store, job_id, group, observer).run()
+            finally:
+                group.shutdown()
         finally:
             if network is not None:
                 network.close()

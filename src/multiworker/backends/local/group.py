@@ -1,6 +1,8 @@
 """The local replica group: every replica a process on this machine, listening on 127.0.0.1 and a
 free port chosen anew for each attempt, in its own session, killed by the kernel if the launcher
 dies (``procs.spawn``); its output goes straight into its log file, read back incrementally.
+A ``python -m MODULE`` replica is forked from a zygote that has imported TensorFlow already
+(:mod:`~multiworker.backends.local.forkserver`), unless ``MULTIWORKER_PRELOAD=0``.
 
 With a :class:`~multiworker.netns.JobNetwork`, every replica joins the job's private
 network namespace; without one, ports come from the home's reservations, so concurrent jobs
@@ -13,6 +15,7 @@ from pathlib import Path
 
 from multiworker import procs
 from multiworker.backends.base import Placement, ReplicaGroup
+from multiworker.backends.local import forkserver
 from multiworker.netns import JobNetwork
 from multiworker.ports import PortReservations
 from multiworker.cluster import ReplicaId
@@ -32,7 +35,8 @@ class LocalGroup(ReplicaGroup):
         self.host = host
         self.network = network
         self.ports = ports
-        self._procs: dict[ReplicaId, procs.Child] = {}
+        self._procs: dict[ReplicaId, procs.Child | forkserver.ForkedChild] = {}
+        self._servers: dict[tuple, forkserver.ForkServer | None] = {}  # None: that zygote could not serve
         self._logs: dict[ReplicaId, Path] = {}
         self._offsets: dict[ReplicaId, int] = {}
         self._psutil: dict[ReplicaId, object] = {}
@@ -45,12 +49,45 @@ class LocalGroup(ReplicaGroup):
         return {rid: Placement(self.host, port) for rid, port in zip(replicas, ports)}
 
     def start(self, replica: ReplicaId, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
-        enter = self.network.enter if self.network is not None else None
-        proc = procs.spawn(cmd, cwd=cwd, env=procs.child_environ(env), log_path=log_path, enter=enter)
+        full = procs.child_environ(env)
+        proc = self._fork(cmd, cwd, full, log_path)
+        if proc is None:
+            enter = self.network.enter if self.network is not None else None
+            proc = procs.spawn(cmd, cwd=cwd, env=full, log_path=log_path, enter=enter)
         self._procs[replica] = proc
         self._logs[replica] = log_path
         self._offsets[replica] = 0
         return proc.pid
+
+    def _fork(self, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> forkserver.ForkedChild | None:
+        """The replica forked from its zygote (started on first use), or None to spawn it anew."""
+        target = forkserver.module_of(cmd)
+        if target is None or not forkserver.enabled(env):
+            return None
+        key = (cmd[0], tuple(sorted(forkserver.zygote_env(env).items())))
+        if key not in self._servers:
+            enter = self.network.enter if self.network is not None else None
+            try:
+                server = forkserver.ForkServer(cmd[0], cwd, env, log_path.parent / "forkserver.log", enter=enter,
+                                               label=cmd[1:3])
+            except OSError as exc:
+                log.info("replicas start as new interpreters: the fork server did not start: %s", exc)
+                self._servers[key] = None
+                return None
+            ready = server.wait_ready()
+            self._servers[key] = server if ready else None
+            if not ready:
+                log.info("replicas start as new interpreters: %s", server.why)
+        server = self._servers[key]
+        if server is None:
+            return None
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            return server.fork(*target, cwd, env, log_path)
+        except OSError as exc:
+            log.warning("%s; starting the replica as a new interpreter", exc)
+            self._servers[key] = None
+            return None
 
     def poll(self) -> dict[ReplicaId, int | None]:
         return {rid: proc.poll() for rid, proc in self._procs.items()}
@@ -110,3 +147,10 @@ class LocalGroup(ReplicaGroup):
         self._logs.clear()
         self._offsets.clear()
         self._psutil.clear()
+
+    def shutdown(self) -> None:
+        """After the job's last attempt: stop the fork servers."""
+        for server in self._servers.values():
+            if server is not None:
+                server.close()
+        self._servers.clear()
