@@ -90,7 +90,7 @@ def test_describe_shows_restarting_and_injected_failure(tmp_path, mw_home):
 def test_sigkilled_supervisor_is_lost_and_leaves_no_replica(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{chief: {}, worker: {replicas: 2}}")
     job_id = detach(mw_home, spec, "--", "--epochs", "1000", "--epoch-seconds", "0.5")
-    doc = wait_for(lambda: (d := status(mw_home, job_id))["state"] == "Running"
+    doc = wait_for(lambda: (d := status(mw_home, job_id))["state"] == "Running" and len(d["replicas"]) == 3
                    and all(r["state"] == "Running" for r in d["replicas"]) and d)
     pids = [r["pid"] for r in doc["replicas"]]
     os.kill(doc["supervisor_pid"], signal.SIGKILL)

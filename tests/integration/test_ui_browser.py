@@ -63,7 +63,7 @@ def test_jobs_page_shows_a_running_job_then_succeeded_without_reload(server, bro
     row = f'document.querySelector(\'#jobs tr[data-id="{job_id}"]\')'
     js_wait(browser, f'{row} && {row}.dataset.state === "Running"')
     browser.execute_script("window.__sameDocument = 'yes'")  # gone if the page reloads
-    assert "2/2" in browser.execute_script(f"return {row}.innerText")  # replicas running/total
+    js_wait(browser, f'{row}.innerText.includes("2/2")')  # replicas running/total, once both have started
     js_wait(browser, f'{row}.dataset.state === "Succeeded"')
     assert browser.execute_script("return window.__sameDocument") == "yes"
     text = browser.execute_script(f"return {row}.innerText")

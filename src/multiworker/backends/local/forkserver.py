@@ -164,6 +164,8 @@ class ForkServer:
         """Fork one replica; OSError if the zygote cannot."""
         if self.closed:
             raise OSError(f"the fork server is gone: {self.why}")
+        with open_private(log_path):  # it exists once the replica has started, as a spawned one's does
+            pass
         request = {"module": module, "args": args, "cwd": str(cwd), "env": env, "log": str(log_path)}
         try:
             self.proc.stdin.write(json.dumps(request).encode() + b"\n")
