@@ -20,6 +20,7 @@ reads at import (``TF_CPP_MIN_LOG_LEVEL``, ``TF_ENABLE_ONEDNN_OPTS``) must come 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -148,6 +149,10 @@ def main(argv: list[str]) -> int:
     _send(replies, {"ready": why is None, **({"why": why} if why else {})})
     if why is not None:
         return 0
+    # The preloads' objects live as long as any replica: kept out of every replica's collections, a
+    # collection neither walks them nor writes to (and so copies) the pages they share with this process.
+    gc.collect()
+    gc.freeze()
     request = _serve(requests, replies)
     if request is None:
         return 0
