@@ -11,6 +11,7 @@ cannot be handed the same port."""
 from __future__ import annotations
 
 import logging
+import subprocess
 from pathlib import Path
 
 from multiworker import procs
@@ -70,7 +71,7 @@ class LocalGroup(ReplicaGroup):
             try:
                 server = forkserver.ForkServer(cmd[0], cwd, env, log_path.parent / "forkserver.log", enter=enter,
                                                label=cmd[1:3])
-            except OSError as exc:
+            except (OSError, subprocess.SubprocessError) as exc:  # the latter: entering the namespace failed
                 log.info("replicas start as new interpreters: the fork server did not start: %s", exc)
                 self._servers[key] = None
                 return None
