@@ -166,3 +166,26 @@ def test_local_group_forks_module_replicas_unless_told_not_to(project, tmp_path,
         group.close()
         group.shutdown()
     assert not pid_alive(pid) and not pid_alive(other)
+
+
+def test_local_group_starts_new_interpreters_once_its_zygote_died(project, tmp_path):
+    group = LocalGroup()
+    w0 = ReplicaId("worker", 0)
+    group.place([w0], attempt=0)
+    cmd = [sys.executable, "-m", "pkg.task", "sleep"]
+    first = group.start(w0, cmd, project, {"MARK": "m"}, tmp_path / "first.log")
+    try:
+        assert _wait(lambda: "sleeping" in (tmp_path / "first.log").read_text())
+        (server,) = [s for s in group._servers.values() if s is not None]
+        server.proc.kill()  # the zygote dies: its replica with it
+        assert _wait(lambda: group.poll()[w0] == -signal.SIGKILL)
+        group.close()
+        group.place([w0], attempt=1)
+        second = group.start(w0, cmd, project, {"MARK": "m"}, tmp_path / "second.log")
+        assert _wait(lambda: "sleeping" in (tmp_path / "second.log").read_text())
+        assert int(Path(f"/proc/{second}/stat").read_text().rsplit(")", 1)[1].split()[1]) == os.getpid()
+        group.stop([w0], grace=5.0)
+    finally:
+        group.close()
+        group.shutdown()
+    assert not pid_alive(first) and not pid_alive(second)

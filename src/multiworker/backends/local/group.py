@@ -87,6 +87,7 @@ class LocalGroup(ReplicaGroup):
             return server.fork(*target, cwd, env, log_path)
         except OSError as exc:
             log.warning("%s; starting the replica as a new interpreter", exc)
+            server.close()
             self._servers[key] = None
             return None
 
