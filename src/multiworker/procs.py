@@ -75,13 +75,14 @@ def die_with_parent() -> None:
 
 
 def spawn(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
-          enter: Callable[[], None] | None = None) -> Child:
+          enter: Callable[[], None] | None = None, pipes: bool = False) -> Child:
     """Start one replica in its own session and process group, output appended to ``log_path``
     (created 0600: logs may show secrets).
 
     The kernel kills it if the launcher dies (PR_SET_PDEATHSIG), so nothing outlives a SIGKILLed
     launcher; the launcher stops the whole process group otherwise. ``enter``, if given, runs in the
     child before exec (e.g. joining the job's network namespace); if it raises, nothing starts.
+    ``pipes``: stdin and stdout are pipes to the caller, only stderr goes to the log (a fork server).
     """
     linux = os.uname().sysname == "Linux"
 
@@ -97,9 +98,9 @@ def spawn(cmd: list[str], *, cwd: Path, env: dict[str, str], log_path: Path,
             cmd,
             cwd=str(cwd),
             env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
+            stdout=subprocess.PIPE if pipes else out,
+            stderr=out if pipes else subprocess.STDOUT,
             start_new_session=True,
             preexec_fn=preexec if (linux or enter) else None,
         )

@@ -120,8 +120,7 @@ def _become(request: dict) -> None:
     if os.getppid() != zygote:  # the zygote died before the death signal was armed
         os._exit(128 + signal.SIGKILL)
     null = os.open(os.devnull, os.O_RDONLY)
-    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    os.fchmod(log, 0o600)
+    log = os.open(request["log"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)  # the launcher made it 0600
     os.dup2(null, 0)
     os.dup2(log, 1)
     os.dup2(log, 2)

@@ -62,6 +62,7 @@ def project(tmp_path_factory):
     (root / "pkg").mkdir()
     (root / "pkg" / "__init__.py").write_text("")
     (root / "pkg" / "task.py").write_text(REPLICA)
+    (root / "pkg" / "quick.py").write_text("raise SystemExit(4)\n")
     return root
 
 
@@ -111,6 +112,14 @@ def test_exception_gives_traceback_and_exit_1_and_seeds_differ(server, project, 
     text = log1.read_text()
     assert "Traceback" in text and "RuntimeError: boom from the replica" in text
     assert _lines(log1)["draw"] != _lines(log2)["draw"]  # numpy's global generator reseeded per child
+
+
+def test_an_exit_read_together_with_its_fork_is_not_lost(server, project, tmp_path, monkeypatch):
+    # The launcher polls slowly here, so the child's exit arrives in the same read as its pid.
+    real_sleep = time.sleep
+    monkeypatch.setattr(forkserver.time, "sleep", lambda seconds: real_sleep(max(seconds, 0.5)))
+    child = server.fork("pkg.quick", [], project, child_environ({}), tmp_path / "quick.log")
+    assert child.poll() == 4
 
 
 def test_signals_reach_the_replica_group(server, project, tmp_path):

@@ -81,17 +81,8 @@ class ForkServer:
 
     def __init__(self, python: str, cwd: Path, env: dict[str, str], log_path: Path, *,
                  enter: Callable[[], None] | None = None, label: list[str] | None = None):
-        def preexec() -> None:
-            procs.die_with_parent()
-            if enter is not None:
-                enter()
-
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open_private(log_path) as err:
-            self.proc = procs.Child([python, "-m", "multiworker.zygote", *(label or [])],
-                                    cwd=str(cwd), env=zygote_env(env), stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=err, start_new_session=True,
-                                    preexec_fn=preexec)
+        self.proc = procs.spawn([python, "-m", "multiworker.zygote", *(label or [])], cwd=cwd,
+                                env=zygote_env(env), log_path=log_path, enter=enter, pipes=True)
         self._out = self.proc.stdout.fileno()
         os.set_blocking(self._out, False)
         self._pending = b""
@@ -132,8 +123,11 @@ class ForkServer:
                 child = self._children.pop(message["exit"], None)
                 if child is not None:
                     child.returncode = int(message["code"])
-            else:
-                self._replies.append(message)
+                continue
+            if "forked" in message:  # registered now: its exit may follow in the same read
+                pid = message["forked"]
+                message["child"] = self._children[pid] = ForkedChild(self, pid)
+            self._replies.append(message)
 
     def _reply(self, timeout: float) -> dict | None:
         deadline = time.monotonic() + timeout
@@ -178,9 +172,7 @@ class ForkServer:
             why = (reply or {}).get("error") or self.why or f"no answer in {FORK_TIMEOUT:g}s"
             self.close()
             raise OSError(f"the fork server could not start the replica: {why}")
-        child = self._children[reply["forked"]] = ForkedChild(self, reply["forked"])
-        self.pump()  # it may have ended already
-        return child
+        return reply["child"]
 
     def close(self) -> None:
         """Stop the zygote (its children, if any are left, die with it) and reap it."""
