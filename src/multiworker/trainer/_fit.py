@@ -11,6 +11,7 @@ from multiworker.trainer._context import Context, context
 from multiworker.trainer._markers import mark_training_done
 from multiworker.trainer._metric_sync import sync_step_metrics
 from multiworker.trainer._peer_loss import save_after_peer_loss
+from multiworker.trainer._stop_guard import sigterm_waits_for_call
 from multiworker.trainer._strategy import fit_kwargs, serve_if_needed
 
 logger = logging.getLogger(__name__)
@@ -100,15 +101,29 @@ def fit(
     all_callbacks = (execution.callbacks + default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every)
                      + list(callbacks or []))
     try:
-        history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
-                            callbacks=all_callbacks, verbose=verbose, **kwargs)
-    except Exception as exc:
-        save_after_peer_loss(all_callbacks, exc)  # the chief keeps the step reached for the restart
-        raise
+        with sigterm_waits_for_call(_saves_after_peer_loss(model, all_callbacks)):
+            try:
+                history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
+                                    callbacks=all_callbacks, verbose=verbose, **kwargs)
+            except Exception as exc:
+                save_after_peer_loss(all_callbacks, exc)  # the chief keeps the step reached for the restart
+                raise
     finally:
         execution.restore()  # evaluate and predict after fit run as the model was compiled
     mark_training_done(ctx)
     return history
+
+
+def _saves_after_peer_loss(model: Any, callbacks: list[Any]) -> bool:
+    """Whether this replica backs up the step it reached when a peer is lost: the chief under
+    MultiWorkerMirroredStrategy with a step-level backup. Its SIGTERM then waits for the call in
+    flight (:mod:`multiworker.trainer._stop_guard`), so the stop that follows a peer's death does
+    not cut that backup short."""
+    import tensorflow as tf
+
+    strategy = getattr(model, "distribute_strategy", None)
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy) and strategy.extended.should_checkpoint
+            and any(hasattr(c, "save_after_peer_loss") for c in callbacks))
 
 
 def _untuned_under_mwms(model: Any, data: Any) -> Any:

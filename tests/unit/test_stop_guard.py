@@ -1,0 +1,95 @@
+"""The chief's SIGTERM guard (trainer/_stop_guard.py), in real processes sent real signals: a stop
+outside a failure acts at once, a stop during a failure waits for the save in the block, and a
+block that never ends is killed."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+PROGRAM = textwrap.dedent("""
+    import os, signal, sys, time
+    from pathlib import Path
+    from multiworker.trainer._stop_guard import sigterm_waits_for_call
+
+    mark, case = Path(sys.argv[1]), sys.argv[2]
+    with sigterm_waits_for_call(call_limit=1.0, save_limit=1.0):
+        if case == "healthy":
+            os.kill(os.getpid(), signal.SIGTERM)
+            mark.write_text("still running after SIGTERM")
+        elif case == "failing":
+            try:
+                raise RuntimeError("a peer was lost")
+            except RuntimeError:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.3)  # the save after the peer loss
+                mark.write_text("saved")
+        elif case == "stuck":
+            try:
+                raise RuntimeError("a peer was lost")
+            except RuntimeError:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(30)
+        elif case == "quiet":
+            pass
+    mark.with_suffix(".after").write_text("after the block")
+""")
+
+
+def _run(tmp_path: Path, case: str) -> tuple[int, float, Path]:
+    script = tmp_path / "guarded.py"
+    script.write_text(PROGRAM)
+    mark = tmp_path / "mark"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(script), str(mark), case], timeout=30, capture_output=True, text=True)
+    return proc.returncode, time.monotonic() - start, mark
+
+
+def test_a_sigterm_outside_a_failure_ends_the_process_at_once(tmp_path):
+    code, _, mark = _run(tmp_path, "healthy")
+    assert code == -signal.SIGTERM
+    assert not mark.exists()
+
+
+def test_a_sigterm_during_a_failure_waits_for_the_block_then_ends_the_process(tmp_path):
+    code, _, mark = _run(tmp_path, "failing")
+    assert code == -signal.SIGTERM
+    assert mark.read_text() == "saved"
+    assert not mark.with_suffix(".after").exists()
+
+
+def test_a_held_sigterm_is_enforced_when_the_block_does_not_end(tmp_path):
+    code, seconds, _ = _run(tmp_path, "stuck")
+    assert code == -signal.SIGKILL
+    assert seconds < 10, f"the watcher took {seconds:.1f} s"
+
+
+def test_without_a_sigterm_the_block_leaves_no_trace(tmp_path):
+    code, seconds, mark = _run(tmp_path, "quiet")
+    assert code == 0 and mark.with_suffix(".after").exists()
+    assert seconds < 5
+
+
+def test_a_handler_of_the_users_own_is_left_alone():
+    from multiworker.trainer._stop_guard import sigterm_waits_for_call
+
+    def mine(signum, frame):
+        pass
+
+    previous = signal.signal(signal.SIGTERM, mine)
+    try:
+        with sigterm_waits_for_call():
+            assert signal.getsignal(signal.SIGTERM) is mine
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def test_inactive_changes_nothing():
+    from multiworker.trainer._stop_guard import sigterm_waits_for_call
+
+    with sigterm_waits_for_call(False):
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
