@@ -19,8 +19,10 @@ JOB = str(REPO / "examples" / "mnist" / "job.yaml")
 STEPS = 150
 
 
-def _kill_worker_1_mid_epoch(mw_home, backup_every: str) -> tuple[dict, list[tuple[int, dict]]]:
-    """Kill worker-1 once worker 0 reports step 20; return the job's status and worker 0's epoch lines."""
+def _kill_worker_1_mid_epoch(mw_home, backup_every: str, *, sigterm_chief: bool = False
+                             ) -> tuple[dict, list[tuple[int, dict]]]:
+    """Kill worker-1 once worker 0 reports step 20 (and SIGTERM worker 0 right after, as a launcher
+    that sees the death first does); return the job's status and worker 0's epoch lines."""
     proc = mw_popen("run", JOB, "-q", "--set", "run_policy.backoff=0.5s", "--",
                     "--epochs", "1", "--steps-per-epoch", str(STEPS), "--backup-every", backup_every, home=mw_home)
     try:
@@ -31,8 +33,10 @@ def _kill_worker_1_mid_epoch(mw_home, backup_every: str) -> tuple[dict, list[tup
             return jobs[0] if row and row["attempt"] == 0 and (row["step"] or 0) >= 20 else None
 
         job = wait_for(progressed, timeout=90, interval=0.2)
-        pid = next(r["pid"] for r in Store(mw_home).replicas(job["id"]) if r["role"] == "worker" and r["idx"] == 1)
-        os.kill(pid, signal.SIGKILL)
+        pids = {r["idx"]: r["pid"] for r in Store(mw_home).replicas(job["id"]) if r["role"] == "worker"}
+        os.kill(pids[1], signal.SIGKILL)
+        if sigterm_chief:
+            os.kill(pids[0], signal.SIGTERM)
         out, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
@@ -77,3 +81,23 @@ def test_chief_backs_up_the_step_reached_when_its_peer_is_killed(mw_home):
     assert 20 <= start < STEPS, f"restarted from step {start}, not from the step reached: {lines}"
     chief_log = Path(doc["output_dir"]).parent / "attempt_0" / "worker-0.log"
     assert f"a peer was lost: backed up epoch 1, step {start}" in chief_log.read_text()
+
+
+def test_a_sigterm_that_beats_the_failed_collective_waits_for_the_chiefs_backup(mw_home):
+    """The chief is SIGTERMed right after worker-1's SIGKILL, before its collective can fail: the
+    SIGTERM waits for the call in flight, which fails with the peer's loss, and for the backup of
+    the step reached (trainer/_stop_guard.py). Without the guard the chief dies at once and the
+    restart starts at step 0. A SIGTERM that lands between two calls (about 1% of the time: the
+    chief is in Python only between calls) ends the chief at once by design; that try says
+    nothing, and the scenario runs again."""
+    for attempt in range(3):
+        home = mw_home / f"try{attempt}"
+        home.mkdir()
+        doc, lines = _kill_worker_1_mid_epoch(home, "1000", sigterm_chief=True)
+        chief_log = (Path(doc["output_dir"]).parent / "attempt_0" / "worker-0.log").read_text()
+        if "peer was lost" in chief_log or "UNAVAILABLE" in chief_log or "Unavailable" in chief_log:
+            break
+    after = [d for a, d in lines if a == 1]
+    start = (after[0].get("start_step") or 0) if after else 0
+    assert f"a peer was lost: backed up epoch 1, step {start}" in chief_log, chief_log[-3000:]
+    assert 20 <= start < STEPS, f"restarted from step {start}, not from the step reached: {lines}"

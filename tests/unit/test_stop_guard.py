@@ -17,10 +17,17 @@ PROGRAM = textwrap.dedent("""
     from multiworker.trainer._stop_guard import sigterm_waits_for_call
 
     mark, case = Path(sys.argv[1]), sys.argv[2]
-    with sigterm_waits_for_call(call_limit=1.0, save_limit=1.0):
+    holds = lambda exc: "peer" in str(exc)  # noqa: E731 - the trainer passes peer_lost_in_flight
+    with sigterm_waits_for_call(holds=holds, call_limit=1.0, save_limit=1.0):
         if case == "healthy":
             os.kill(os.getpid(), signal.SIGTERM)
             mark.write_text("still running after SIGTERM")
+        elif case == "other error":
+            try:
+                raise KeyError("an error handled inside training")
+            except KeyError:
+                os.kill(os.getpid(), signal.SIGTERM)
+                mark.write_text("still running after SIGTERM")
         elif case in ("failing", "stuck"):
             try:
                 raise RuntimeError("a peer was lost")
@@ -45,6 +52,12 @@ def _run(tmp_path: Path, case: str) -> tuple[int, float, Path]:
 
 def test_a_sigterm_outside_a_failure_ends_the_process_at_once(tmp_path):
     code, _, mark = _run(tmp_path, "healthy")
+    assert code == -signal.SIGTERM
+    assert not mark.exists()
+
+
+def test_a_sigterm_while_another_error_is_handled_ends_the_process_at_once(tmp_path):
+    code, _, mark = _run(tmp_path, "other error")
     assert code == -signal.SIGTERM
     assert not mark.exists()
 
@@ -88,3 +101,22 @@ def test_inactive_changes_nothing():
     before = signal.getsignal(signal.SIGTERM)  # another test's library may have installed one
     with sigterm_waits_for_call(False):
         assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_peer_loss_is_read_from_the_raw_status_and_from_the_chain():
+    tf = __import__("tensorflow")
+    from tensorflow.python.eager import core
+
+    from multiworker.trainer._peer_loss import peer_lost_in_flight
+
+    assert peer_lost_in_flight(core._NotOkStatusException("recvmsg: reset", tf.errors.UNAVAILABLE, None))
+    assert not peer_lost_in_flight(core._NotOkStatusException("End of sequence", tf.errors.OUT_OF_RANGE, None))
+    assert peer_lost_in_flight(tf.errors.AbortedError(None, None, "aborted"))
+    try:
+        try:
+            raise tf.errors.UnavailableError(None, None, "peer gone")
+        except tf.errors.UnavailableError as inner:
+            raise RuntimeError("wrapped") from inner
+    except RuntimeError as outer:
+        assert peer_lost_in_flight(outer)
+    assert not peer_lost_in_flight(KeyError("x")) and not peer_lost_in_flight(None)

@@ -10,7 +10,7 @@ from multiworker.trainer._callbacks import callbacks as default_callbacks
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._markers import mark_training_done
 from multiworker.trainer._metric_sync import sync_step_metrics
-from multiworker.trainer._peer_loss import save_after_peer_loss
+from multiworker.trainer._peer_loss import peer_lost_in_flight, save_after_peer_loss
 from multiworker.trainer._stop_guard import sigterm_waits_for_call
 from multiworker.trainer._strategy import fit_kwargs, serve_if_needed
 
@@ -101,7 +101,7 @@ def fit(
     all_callbacks = (execution.callbacks + default_callbacks(global_batch_size, ctx=ctx, backup_every=backup_every)
                      + list(callbacks or []))
     try:
-        with sigterm_waits_for_call(_saves_after_peer_loss(model, all_callbacks)):
+        with sigterm_waits_for_call(_saves_after_peer_loss(model, all_callbacks), holds=peer_lost_in_flight):
             try:
                 history = model.fit(**fit_kwargs(data, steps_per_epoch=steps_per_epoch), epochs=epochs,
                                     callbacks=all_callbacks, verbose=verbose, **kwargs)

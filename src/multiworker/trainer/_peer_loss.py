@@ -27,7 +27,8 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PEER_LOST_ERRORS", "deferred_sigterm", "local_metric_reads", "peer_lost", "save_after_peer_loss"]
+__all__ = ["PEER_LOST_ERRORS", "deferred_sigterm", "local_metric_reads", "peer_lost", "peer_lost_in_flight",
+           "save_after_peer_loss"]
 
 #: Errors a collective raises when a peer went away (not a bug in this worker's own computation).
 PEER_LOST_ERRORS = ("UnavailableError", "AbortedError", "CancelledError", "DeadlineExceededError")
@@ -40,6 +41,22 @@ def peer_lost(exc: BaseException) -> bool:
     import tensorflow as tf
 
     return any(isinstance(exc, getattr(tf.errors, name)) for name in PEER_LOST_ERRORS)
+
+
+def peer_lost_in_flight(exc: BaseException | None) -> bool:
+    """Whether ``exc``, or an exception it was raised from or during, says a peer went away. Also
+    reads the raw status TensorFlow's eager call raises first (``_NotOkStatusException``, with its
+    code), before turning it into a ``tf.errors`` class: a signal handler may run in between."""
+    import tensorflow as tf
+
+    codes = {getattr(tf.errors, name) for name in ("UNAVAILABLE", "ABORTED", "CANCELLED", "DEADLINE_EXCEEDED")}
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if peer_lost(exc) or (type(exc).__name__ == "_NotOkStatusException" and getattr(exc, "code", None) in codes):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 @contextlib.contextmanager

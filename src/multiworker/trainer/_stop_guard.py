@@ -9,10 +9,12 @@ last periodic backup.
 
 Inside :func:`sigterm_waits_for_call` a SIGTERM acts as soon as the main thread runs Python again,
 which is when the train call in flight returns or fails (at most a call: about 0.5 s with
-``steps_per_execution="auto"``):
-- if no exception is being handled then, the process ends by SIGTERM at once, as without the guard;
-- if one is (the call failed: the peer loss), the SIGTERM is held until the block ends, so the
-  save after the peer loss, inside the block, is written first; then the process ends by SIGTERM.
+``steps_per_execution="auto"``); a failing call runs Python first to build its error, and the
+handler sees the error there:
+- if the exception being handled then says a peer was lost (``holds``), the SIGTERM is held until
+  the block ends, so the save after the peer loss, inside the block, is written first; then the
+  process ends by SIGTERM;
+- otherwise (no exception, or another one) the process ends by SIGTERM at once, as without the guard.
 A watcher thread (woken by Python's signal wakeup fd, so it runs even while the main thread is in
 TensorFlow) kills the process if the main thread does not act within ``call_limit`` seconds (a
 call that hangs), or does not end the block within ``save_limit`` seconds of holding it.
@@ -27,7 +29,8 @@ import select
 import signal
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 logger = logging.getLogger(__name__)
 
@@ -45,9 +48,23 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _exception_in_flight(frame: Any) -> BaseException | None:
+    """The exception being handled where the signal interrupted, or the one being created there:
+    TensorFlow builds its error by calling the error class from C++, and a pending signal's handler
+    runs at the first Python line it reaches, inside that ``__init__``, before anything is raised."""
+    handled = sys.exc_info()[1]
+    if handled is not None:
+        return handled
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and isinstance(frame.f_locals.get("self"), BaseException):
+            return frame.f_locals["self"]
+        frame = frame.f_back
+    return None
+
+
 class _Guard:
-    def __init__(self, call_limit: float, save_limit: float) -> None:
-        self.call_limit, self.save_limit = call_limit, save_limit
+    def __init__(self, holds: Callable[[BaseException], bool], call_limit: float, save_limit: float) -> None:
+        self.holds, self.call_limit, self.save_limit = holds, call_limit, save_limit
         self.held = False
         self.acted = threading.Event()  # the main thread's handler ran (held, or is ending the process)
         self.done = threading.Event()  # the block ended
@@ -55,8 +72,9 @@ class _Guard:
         for fd in (self.wake_r, self.wake_w):
             os.set_blocking(fd, False)
 
-    def handler(self, signum: int, frame: object) -> None:
-        if sys.exc_info()[1] is not None and not self.done.is_set():
+    def handler(self, signum: int, frame: Any) -> None:
+        failing = _exception_in_flight(frame)
+        if failing is not None and not self.done.is_set() and self.holds(failing):
             self.held = True  # a call failed: the save after a peer loss comes first
             self.acted.set()
             return
@@ -82,16 +100,17 @@ class _Guard:
 
 
 @contextlib.contextmanager
-def sigterm_waits_for_call(active: bool = True, *, call_limit: float = CALL_LIMIT,
-                           save_limit: float = SAVE_LIMIT) -> Iterator[None]:
+def sigterm_waits_for_call(active: bool = True, *, holds: Callable[[BaseException], bool] = lambda exc: True,
+                           call_limit: float = CALL_LIMIT, save_limit: float = SAVE_LIMIT) -> Iterator[None]:
     """Inside, a SIGTERM waits for the call in flight, and for the block's end if the call failed
-    (module docstring). Changes nothing when not ``active``, off the main thread, or when SIGTERM
-    already has a handler other than the default (the user's, or a PreemptionCheckpointHandler's)."""
+    with an exception that ``holds`` it (module docstring). Changes nothing when not ``active``, off
+    the main thread, or when SIGTERM already has a handler other than the default (the user's, or
+    a PreemptionCheckpointHandler's)."""
     if (not active or threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
         yield
         return
-    guard = _Guard(call_limit, save_limit)
+    guard = _Guard(holds, call_limit, save_limit)
     previous_fd = signal.set_wakeup_fd(guard.wake_w, warn_on_full_buffer=False)
     signal.signal(signal.SIGTERM, guard.handler)
     watcher = threading.Thread(target=guard.watch, name="sigterm-watch", daemon=True)
