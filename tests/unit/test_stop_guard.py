@@ -28,6 +28,16 @@ PROGRAM = textwrap.dedent("""
             except KeyError:
                 os.kill(os.getpid(), signal.SIGTERM)
                 mark.write_text("still running after SIGTERM")
+        elif case == "constructing":
+            class PeerGone(Exception):
+                def __init__(self, message):
+                    os.kill(os.getpid(), signal.SIGTERM)  # as TensorFlow's error is built: nothing raised yet
+                    super().__init__(message)
+            try:
+                raise PeerGone("a peer was lost")
+            except PeerGone:
+                time.sleep(0.3)
+                mark.write_text("saved")
         elif case in ("failing", "stuck"):
             try:
                 raise RuntimeError("a peer was lost")
@@ -67,6 +77,12 @@ def test_a_sigterm_during_a_failure_waits_for_the_block_then_ends_the_process(tm
     assert code == -signal.SIGTERM
     assert mark.read_text() == "saved"
     assert not mark.with_suffix(".after").exists()
+
+
+def test_a_sigterm_while_the_error_is_being_built_waits_too(tmp_path):
+    code, _, mark = _run(tmp_path, "constructing")
+    assert code == -signal.SIGTERM
+    assert mark.read_text() == "saved"
 
 
 def test_a_held_sigterm_is_enforced_when_the_block_does_not_end(tmp_path):
