@@ -87,7 +87,7 @@ def test_a_sigterm_that_beats_the_failed_collective_waits_for_the_chiefs_backup(
     """The chief is SIGTERMed right after worker-1's SIGKILL, before its collective can fail: the
     SIGTERM waits for the call in flight, which fails with the peer's loss, and for the backup of
     the step reached (trainer/_stop_guard.py). Without the guard the chief dies at once and the
-    restart starts at step 0. A SIGTERM that lands between two calls (about 1% of the time: the
+    restart starts at step 0. A SIGTERM that lands between two calls (1 try in 14 here: the
     chief is in Python only between calls) ends the chief at once by design; that try says
     nothing, and the scenario runs again."""
     for attempt in range(3):

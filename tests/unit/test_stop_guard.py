@@ -18,7 +18,7 @@ PROGRAM = textwrap.dedent("""
 
     mark, case = Path(sys.argv[1]), sys.argv[2]
     holds = lambda exc: "peer" in str(exc)  # noqa: E731 - the trainer passes peer_lost_in_flight
-    with sigterm_waits_for_call(holds=holds, call_limit=1.0, save_limit=1.0):
+    with sigterm_waits_for_call(True, holds=holds, call_limit=1.0, save_limit=1.0):
         if case == "healthy":
             os.kill(os.getpid(), signal.SIGTERM)
             mark.write_text("still running after SIGTERM")
@@ -105,7 +105,7 @@ def test_a_handler_of_the_users_own_is_left_alone():
 
     previous = signal.signal(signal.SIGTERM, mine)
     try:
-        with sigterm_waits_for_call():
+        with sigterm_waits_for_call(True, holds=lambda exc: True):
             assert signal.getsignal(signal.SIGTERM) is mine
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -115,7 +115,7 @@ def test_inactive_changes_nothing():
     from multiworker.trainer._stop_guard import sigterm_waits_for_call
 
     before = signal.getsignal(signal.SIGTERM)  # another test's library may have installed one
-    with sigterm_waits_for_call(False):
+    with sigterm_waits_for_call(False, holds=lambda exc: True):
         assert signal.getsignal(signal.SIGTERM) is before
 
 

@@ -25,21 +25,21 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from multiworker.trainer._peer_loss import SAVE_LIMIT
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["CALL_LIMIT", "SAVE_LIMIT", "sigterm_waits_for_call"]
 
-#: Seconds a SIGTERM may wait for the main thread to return from the call in flight.
+#: Seconds a SIGTERM may wait for the main thread to return from the call in flight. A held SIGTERM
+#: then waits at most SAVE_LIMIT (the save after a peer loss, as for any other backup) for the block's end.
 CALL_LIMIT = 1.0
-#: Seconds a held SIGTERM may wait for the save after a peer loss (the block's end).
-SAVE_LIMIT = 5.0
 
 
 def _die() -> None:
@@ -69,39 +69,29 @@ class _Guard:
         self.acted = threading.Event()  # the main thread's handler ran (held, or is ending the process)
         self.done = threading.Event()  # the block ended
         self.wake_r, self.wake_w = os.pipe()
-        for fd in (self.wake_r, self.wake_w):
-            os.set_blocking(fd, False)
+        os.set_blocking(self.wake_w, False)  # as signal.set_wakeup_fd requires; the watcher blocks on the other end
 
     def handler(self, signum: int, frame: Any) -> None:
-        failing = _exception_in_flight(frame)
-        if failing is not None and not self.done.is_set() and self.holds(failing):
-            self.held = True  # a call failed: the save after a peer loss comes first
-            self.acted.set()
-            return
         self.acted.set()
+        failing = _exception_in_flight(frame)
+        if failing is not None and self.holds(failing):
+            self.held = True  # a call failed: the save after a peer loss comes first
+            return
         _die()
 
     def watch(self) -> None:
         """Off the main thread: after a SIGTERM, make sure it takes effect within the limits."""
-        while not self.done.is_set():
-            ready, _, _ = select.select([self.wake_r], [], [], 0.5)
-            if not ready:
-                continue
-            try:
-                data = os.read(self.wake_r, 512)
-            except BlockingIOError:
-                continue
-            if signal.SIGTERM not in data:
-                continue
-            if not self.acted.wait(self.call_limit) or not self.done.wait(self.save_limit):
-                if not self.done.is_set():
-                    os.kill(os.getpid(), signal.SIGKILL)
-            return
+        while signal.SIGTERM not in os.read(self.wake_r, 512):  # other signals' bytes, or the block's end
+            if self.done.is_set():
+                return
+        if not self.acted.wait(self.call_limit) or not self.done.wait(self.save_limit):
+            if not self.done.is_set():
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 @contextlib.contextmanager
-def sigterm_waits_for_call(active: bool = True, *, holds: Callable[[BaseException], bool] = lambda exc: True,
-                           call_limit: float = CALL_LIMIT, save_limit: float = SAVE_LIMIT) -> Iterator[None]:
+def sigterm_waits_for_call(active: bool, *, holds: Callable[[BaseException], bool], call_limit: float = CALL_LIMIT,
+                           save_limit: float = SAVE_LIMIT) -> Iterator[None]:
     """Inside, a SIGTERM waits for the call in flight, and for the block's end if the call failed
     with an exception that ``holds`` it (module docstring). Changes nothing when not ``active``, off
     the main thread, or when SIGTERM already has a handler other than the default (the user's, or
@@ -119,7 +109,7 @@ def sigterm_waits_for_call(active: bool = True, *, holds: Callable[[BaseExceptio
         yield
     finally:
         guard.done.set()
-        os.write(guard.wake_w, b"\0")  # wakes the watcher to leave
+        os.write(guard.wake_w, b"\0")  # wakes a watcher still waiting for a SIGTERM, to leave
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.set_wakeup_fd(previous_fd)
         watcher.join()
