@@ -78,8 +78,9 @@ def probe(args: argparse.Namespace) -> dict:
         config = tf.compat.v1.ConfigProto()
         config.experimental.disable_thread_spinning = True
         tf_context.context()._config = config
-    from multiworker.trainer._tf_workarounds import untuned_per_device_datasets
     from trainer import model as mnist
+
+    from multiworker.trainer._tf_workarounds import untuned_per_device_datasets
 
     untuned_per_device_datasets(tf)
     strategy = tf.distribute.MultiWorkerMirroredStrategy() if cluster else tf.distribute.get_strategy()

@@ -83,7 +83,12 @@ def main() -> int:
     import tensorflow as tf
     import tf_keras as keras
 
-    from multiworker.data import images_to_tfrecords, read_image_folder, read_tfrecords, shard_pattern
+    from multiworker.data import (
+        images_to_tfrecords,
+        read_image_folder,
+        read_tfrecords,
+        shard_pattern,
+    )
 
     flowers = _flowers_model()
     out: dict = {"benchmark": "tfrecords_vs_jpeg_decode", "src": args.src, "size": args.size,

@@ -5,11 +5,13 @@
     │   ├── SpecError          a job spec (file + field) is invalid
     │   └── JobNotFound        a JOB_ID matches no job, or several
     └── BackendError           a backend could not do what was asked
+        └── StartFailed        a group could not place or start an attempt's replicas; the
+                               restart policy retries it (resources busy, a node gone)
 """
 
 from __future__ import annotations
 
-__all__ = ["MultiworkerError", "UserError", "SpecError", "JobNotFound", "BackendError"]
+__all__ = ["MultiworkerError", "UserError", "SpecError", "JobNotFound", "BackendError", "StartFailed"]
 
 
 class MultiworkerError(Exception):
@@ -39,3 +41,8 @@ class JobNotFound(UserError):
 
 class BackendError(MultiworkerError):
     """A backend failed to submit, watch or stop a job."""
+
+
+class StartFailed(BackendError):
+    """A replica group could not place or start this attempt; retrying may succeed. The group
+    controller routes it through the restart policy, as a failed attempt."""

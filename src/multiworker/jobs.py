@@ -3,17 +3,15 @@ and the backend's name, so any process can run, read or cancel it later."""
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
-from multiworker.backends.base import LogLayout, get_backend
+from multiworker.backends.base import get_backend
 from multiworker.faults import check_injections, parse_injection
+from multiworker.job import LogLayout, RunOptions, Store, new_job_id
 from multiworker.private_files import write_private_text
 from multiworker.spec.load import LoadedSpec
-from multiworker.store import Store, new_job_id
 
 __all__ = ["create_job"]
 
@@ -31,11 +29,12 @@ def create_job(
 ) -> str:
     """Record a new Pending job for ``backend`` and return its id.
 
-    The backend checks the spec and its options first (a ``UserError`` before anything is
-    written); its notes join the spec's in ``options_json["notes"]``.
+    The backend validates its options and checks the spec first (a ``UserError`` before anything is
+    written); its notes join the spec's in the record's run options.
     """
-    options: dict[str, Any] = dict(backend_options or {})
-    notes = get_backend(backend).check(loaded, options)
+    runner = get_backend(backend)
+    options = runner.options(dict(backend_options or {}))
+    notes = runner.check(loaded, options)
     injections = [parse_injection(t) for t in inject_failures]
     check_injections(loaded.spec, injections)
     job_id = new_job_id()
@@ -49,8 +48,8 @@ def create_job(
     else:
         output_dir = loaded.resolve(spec.output_dir) if spec.output_dir else layout.job_dir / "output"
     write_private_text(layout.spec_file, spec.model_dump_json(indent=2, exclude_none=True))
-    record = {"trainer_args": list(trainer_args), "inject_failures": [str(i) for i in injections],
-              "notes": [*loaded.notes, *notes], "backend_options": options}
+    run = RunOptions(trainer_args=tuple(trainer_args), inject_failures=tuple(str(i) for i in injections),
+                     notes=(*loaded.notes, *notes))
     store.create_job(
         job_id=job_id,
         name=spec.name,
@@ -61,7 +60,8 @@ def create_job(
         base_dir=str(loaded.base_dir),
         output_dir=str(output_dir),
         job_dir=str(layout.job_dir),
-        options_json=json.dumps(record),
+        run=run,
+        backend_options=options.model_dump(exclude_defaults=True),
     )
     log.debug("created job %s (%s backend)", job_id, backend)
     return job_id

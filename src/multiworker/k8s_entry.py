@@ -22,7 +22,12 @@ import os
 import sys
 from collections.abc import Mapping
 
-from multiworker.cluster import ALLOCATOR_ENV, CLUSTER_ROLES, ReplicaId, vertex_cluster_spec
+from multiworker.cluster import (
+    ALLOCATOR_ENV,
+    CLUSTER_ROLES,
+    ReplicaId,
+    vertex_cluster_spec,
+)
 
 __all__ = ["pod_env", "main", "ENTRY"]
 

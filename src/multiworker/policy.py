@@ -16,7 +16,7 @@ from multiworker.cluster import ReplicaId, primary_replica
 from multiworker.spec.model import JobSpec
 
 __all__ = [
-    "Decision", "decide", "is_retryable", "normalize_exit_code", "exit_description", "backoff_delay", "exit_order",
+    "Decision", "decide", "decide_start_failure", "is_retryable", "normalize_exit_code", "exit_description", "backoff_delay", "exit_order",
     "all_exited", "shutdown_plan",
 ]
 
@@ -82,6 +82,15 @@ def decide(
     if all(exits.get(r) == 0 for r in training):
         return Decision.SUCCEED
     return Decision.CONTINUE
+
+
+def decide_start_failure(spec: JobSpec, restarts: int) -> Decision:
+    """After an attempt's replicas could not be placed or started (resources busy, a node gone): an
+    infrastructure failure, retried as a signal kill would be (every policy but ``Never``)."""
+    policy = spec.run_policy
+    if is_retryable(policy.restart_policy, 128) and restarts < policy.backoff_limit:
+        return Decision.RESTART
+    return Decision.FAIL
 
 
 def backoff_delay(spec: JobSpec, restarts: int, cap: float = 60.0) -> float:

@@ -3,13 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
-from multiworker.backends.base import JobState, get_backend
+from multiworker.backends.base import get_backend
 from multiworker.errors import UserError
-from multiworker.store import Store
+from multiworker.job import JobRecord, Store
 
 __all__ = [
     "job_status",
@@ -27,31 +26,32 @@ log = logging.getLogger(__name__)
 HEARTBEAT_STALE = 10.0
 
 
-def refresh_liveness(store: Store, job_id: str) -> dict:
+def refresh_liveness(store: Store, job_id: str) -> JobRecord:
     """The job's record, made truthful by its backend first if it claims to run (a job whose
     driver is gone becomes Lost)."""
     job = store.get_job(job_id)
-    if JobState(job["state"]).is_terminal:
+    if job.is_terminal:
         return job
     try:
-        backend = get_backend(job["backend"])
+        backend = get_backend(job.backend)
     except UserError as exc:  # recorded by a backend this installation lacks: show it as recorded
         log.warning("job %s: cannot check its state: %s", job_id, exc)
         return job
     return backend.reconcile(store, job)
 
 
-def primary_name(job: dict) -> str:
-    """The replica whose metrics speak for the job: the chief, else worker-0."""
-    chief = json.loads(job["spec_json"]).get("pools", {}).get("chief")
+def primary_name(job: JobRecord) -> str:
+    """The replica whose metrics speak for the job: the chief, else worker-0. Read from the spec as
+    recorded, so a reader still lists a job whose spec an older multiworker wrote."""
+    chief = job.spec_dict.get("pools", {}).get("chief")
     return "chief-0" if chief is not None and chief.get("replicas", 1) > 0 else "worker-0"
 
 
-def _duration(job: dict) -> float | None:
-    start = job["started_at"]
+def _duration(job: JobRecord) -> float | None:
+    start = job.started_at
     if start is None:
         return None
-    return round((job["finished_at"] or time.time()) - start, 3)
+    return round((job.finished_at or time.time()) - start, 3)
 
 
 def _last_by_replica(rows: list[dict]) -> dict[str, dict]:
@@ -98,29 +98,28 @@ def job_status(store: Store, job_id: str) -> dict:
             "last_metrics": per_replica.get(name),
             "log": r["log_path"],
         })
-    options = json.loads(job["options_json"] or "{}")
-    heartbeat = job.get("heartbeat_at")
-    running = not JobState(job["state"]).is_terminal
+    heartbeat = job.heartbeat_at
+    running = not job.is_terminal
     return {
-        "id": job["id"],
-        "name": job["name"],
-        "state": job["state"],
-        "backend": job["backend"],
-        "format": job["format"],
-        "restarts": job["restarts"],
+        "id": job.id,
+        "name": job.name,
+        "state": job.state,
+        "backend": job.backend,
+        "format": job.format,
+        "restarts": job.restarts,
         "attempt": max((r["attempt"] for r in replicas), default=0),
-        "output_dir": job["output_dir"],
-        "job_dir": job["job_dir"],
-        "spec_path": job["spec_path"],
-        "created_at": job["created_at"],
-        "started_at": job["started_at"],
-        "finished_at": job["finished_at"],
+        "output_dir": job.output_dir,
+        "job_dir": str(job.job_dir),
+        "spec_path": job.spec_path,
+        "created_at": job.created_at,
+        "started_at": job.started_at,
+        "finished_at": job.finished_at,
         "duration_seconds": _duration(job) or 0.0,
-        "message": job["message"],
-        "supervisor_pid": job["supervisor_pid"],
+        "message": job.message,
+        "supervisor_pid": job.supervisor_pid,
         "heartbeat_age_seconds": round(time.time() - heartbeat, 1) if heartbeat and running else None,
-        "trainer_args": options.get("trainer_args", []),
-        "inject_failures": options.get("inject_failures", []),
+        "trainer_args": list(job.run.trainer_args),
+        "inject_failures": list(job.run.inject_failures),
         "epoch": last.get("epoch") if last else None,
         "epochs": last.get("epochs") if last else None,
         "images_per_sec": last.get("images_per_sec") if last else None,
@@ -135,35 +134,34 @@ def job_rows(store: Store, limit: int | None = None) -> list[dict]:
     """One row per job for ``multiworker list``, newest first, with Lost detection applied."""
     jobs = store.list_jobs(limit)
     for i, job in enumerate(jobs):
-        if not JobState(job["state"]).is_terminal:
-            jobs[i] = refresh_liveness(store, job["id"])
+        if not job.is_terminal:
+            jobs[i] = refresh_liveness(store, job.id)
     counts = store.replica_summary()
     now = time.time()
     rows = []
     for job in jobs:
-        by_state = counts.get(job["id"], {})
+        by_state = counts.get(job.id, {})
         total = sum(by_state.values()) or _desired_replicas(job)
         rows.append({
-            "id": job["id"],
-            "name": job["name"],
-            "state": job["state"],
+            "id": job.id,
+            "name": job.name,
+            "state": job.state,
             "replicas": total,
             "running": by_state.get("Running", 0),
             "replica_states": by_state,
-            "restarts": job["restarts"],
-            "created_at": job["created_at"],
-            "age_seconds": round(now - job["created_at"], 1),
-            "started_at": job["started_at"],
-            "finished_at": job["finished_at"],
+            "restarts": job.restarts,
+            "created_at": job.created_at,
+            "age_seconds": round(now - job.created_at, 1),
+            "started_at": job.started_at,
+            "finished_at": job.finished_at,
             "duration_seconds": _duration(job),
-            "study": json.loads(job["options_json"] or "{}").get("study"),  # a tuning trial's study
+            "study": job.run.study,  # a tuning trial's study
         })
     return rows
 
 
-def _desired_replicas(job: dict) -> int:
-    pools = json.loads(job["spec_json"]).get("pools", {})
-    return sum(int(p.get("replicas", 1)) for p in pools.values())
+def _desired_replicas(job: JobRecord) -> int:
+    return sum(int(p.get("replicas", 1)) for p in job.spec_dict.get("pools", {}).values())
 
 
 REDACTED = "<redacted>"
@@ -185,11 +183,10 @@ def describe_job(store: Store, job_id: str) -> dict:
     """``multiworker describe``: the resolved spec, options, attempts, replicas and every event."""
     status = job_status(store, job_id)
     job = store.get_job(job_id)
-    options = json.loads(job["options_json"] or "{}")
     return {
         "status": {k: v for k, v in status.items() if k != "replicas"},
-        "spec": redact_env(json.loads(job["spec_json"])),
-        "options": options,
+        "spec": redact_env(job.spec_dict),
+        "options": {**job.run.to_dict(), "backend_options": job.backend_options},
         "attempts": store.attempts(job_id),
         "replicas": status["replicas"],
         "events": [{k: e[k] for k in ("id", "ts", "type", "reason", "replica", "message")} for e in store.events(job_id)],

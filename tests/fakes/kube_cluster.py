@@ -26,7 +26,6 @@ import time
 import uuid
 
 from fakes.kube_api import FakeKube, now
-
 from multiworker.metrics_line import format_metric
 
 __all__ = ["JobSetScenario", "TFJobScenario"]

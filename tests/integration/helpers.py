@@ -9,8 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from multiworker.job import Store
 from multiworker.procs import free_ports, processes_of_job
-from multiworker.store import Store
 
 PROGRAMS = Path(__file__).resolve().parents[1] / "fixtures" / "programs"
 REPO = Path(__file__).resolve().parents[2]
@@ -76,8 +76,8 @@ def running_job(home: Path) -> dict:
     def ready():
         store = Store(home)
         jobs = store.list_jobs()
-        if jobs and jobs[0]["state"] == "Running":
-            reps = store.replicas(jobs[0]["id"])
+        if jobs and jobs[0].state == "Running":
+            reps = store.replicas(jobs[0].id)
             if reps and all(r["state"] == "Running" for r in reps):
                 return jobs[0]
         return None

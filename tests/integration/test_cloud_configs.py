@@ -11,7 +11,6 @@ import json
 import shutil
 
 import pytest
-
 from helpers import REPO, check_tf_config, mw, status
 
 pytestmark = pytest.mark.integration

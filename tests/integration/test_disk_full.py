@@ -10,7 +10,6 @@ import sys
 import textwrap
 
 import pytest
-
 from helpers import mw, no_processes_left, status
 
 FILLER = textwrap.dedent('''

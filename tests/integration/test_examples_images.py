@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO, mw, status
 
 pytestmark = pytest.mark.integration

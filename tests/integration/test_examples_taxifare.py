@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO, mw, no_processes_left, status
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,6 @@ import tarfile
 
 import pytest
 import yaml
-
 from helpers import REPO, check_tf_config, mw, status
 
 pytestmark = pytest.mark.integration

@@ -18,12 +18,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from fakes.kube_api import FakeKube  # noqa: E402
 from fakes.kube_cluster import NODE, JobSetScenario, TFJobScenario  # noqa: E402
 
-from multiworker.backends.base import JobState, get_backend  # noqa: E402
+from multiworker.backends.base import get_backend  # noqa: E402
 from multiworker.errors import SpecError, UserError  # noqa: E402
+from multiworker.job import (
+    JobState,  # noqa: E402
+    Store,  # noqa: E402
+)
 from multiworker.jobs import create_job  # noqa: E402
 from multiworker.spec.formats import load_job  # noqa: E402
 from multiworker.spec.formats._schema import check_schema  # noqa: E402
-from multiworker.store import Store  # noqa: E402
 
 SPEC = """
 name: mnist
@@ -65,8 +68,8 @@ def test_jobset_pod_fails_once_restarts_and_succeeds(fake, tmp_path):
     assert scenario.error is None
     assert state is JobState.SUCCEEDED
     job = store.get_job(job_id)
-    assert (job["state"], job["restarts"]) == ("Succeeded", 1)
-    handle = json.loads(job["handle_json"])
+    assert (job.state, job.restarts) == ("Succeeded", 1)
+    handle = json.loads(job.handle_json)
     assert handle == {"api": "jobset", "namespace": "ml", "name": f"mnist-{job_id[:6]}", "context": "fake",
                       "server": fake.url}
     created = fake.get("jobsets", "ml", handle["name"])
@@ -75,7 +78,7 @@ def test_jobset_pod_fails_once_restarts_and_succeeds(fake, tmp_path):
     assert [(r["role"], r["idx"], r["state"], r["exit_code"], r["attempt"], r["node"]) for r in store.replicas(job_id)] == [
         ("worker", 0, "Succeeded", 0, 1, NODE), ("worker", 1, "Succeeded", 0, 1, NODE)]
     assert [(a["n"], a["outcome"]) for a in store.attempts(job_id)] == [(0, "Restarting"), (1, "Succeeded")]
-    logs = Path(job["job_dir"])
+    logs = Path(job.job_dir)
     first, second = (logs / "attempt_0" / "worker-1.log").read_text(), (logs / "attempt_1" / "worker-1.log").read_text()
     assert "worker-1 attempt 0: step 1" in first and "attempt 0: killed" in first  # written while followed
     assert "worker-1 attempt 1: starting" in second and "worker-1 attempt 1: done" in second
@@ -104,11 +107,11 @@ def test_cancel_deletes_the_jobset_and_its_pods(fake, tmp_path):
     runner = threading.Thread(target=lambda: result.update(state=get_backend("kubernetes").run(Store(), job_id)))
     runner.start()
     fake.wait_for(lambda f: len([p for p in f.items("pods", "team-a") if p["status"]["phase"] == "Running"]) == 2)
-    fake.wait_for(lambda f: store.get_job(job_id)["state"] == "Running")
+    fake.wait_for(lambda f: store.get_job(job_id).state == "Running")
     job = get_backend("kubernetes").cancel(store, store.get_job(job_id))
     runner.join(30)
     assert not runner.is_alive()
-    assert job["state"] == "Cancelled" and result["state"] is JobState.CANCELLED
+    assert job.state == "Cancelled" and result["state"] is JobState.CANCELLED
     deletes = fake.calls("DELETE", "/jobsets/")
     assert deletes and deletes[0].get("propagationPolicy") == "Foreground"
     assert fake.items("jobsets", "team-a") == [] and fake.items("pods", "team-a") == []
@@ -123,9 +126,9 @@ def test_tfjob_container_restart_in_place(fake, tmp_path):
     assert get_backend("kubernetes").run(store, job_id) is JobState.SUCCEEDED
     assert scenario.error is None
     job = store.get_job(job_id)
-    assert job["restarts"] == 1
+    assert job.restarts == 1
     assert fake.get("tfjobs", "ml", f"mnist-{job_id[:6]}")["kind"] == "TFJob"
-    logs = Path(job["job_dir"])
+    logs = Path(job.job_dir)
     assert "attempt 0: killed" in (logs / "attempt_0" / "worker-0.log").read_text()
     assert "worker-0: done" in (logs / "attempt_1" / "worker-0.log").read_text()
     assert {r["state"] for r in store.replicas(job_id)} == {"Succeeded"}
@@ -141,7 +144,7 @@ def test_auth_failure_is_one_line_naming_the_cluster(fake, tmp_path, monkeypatch
     assert f"context fake ({fake.url})" in message and "401" in message and "get-credentials" in message
     assert fake.items("jobsets", "ml") == []
     job = store.get_job(job_id)  # recorded as ended, not left Pending
-    assert job["state"] == "Failed" and job["message"] == message and "SubmitFailed" in reasons(store, job_id)
+    assert job.state == "Failed" and job.message == message and "SubmitFailed" in reasons(store, job_id)
 
 
 def test_missing_crd_names_the_install_line(fake, tmp_path):
@@ -150,7 +153,7 @@ def test_missing_crd_names_the_install_line(fake, tmp_path):
     with pytest.raises(UserError, match=r"create JobSet ml/mnist-\w+: 404 .*not installed there; install it: kubectl "
                                         r"apply --server-side -f .*jobset/releases/download/v0\.12\.0/manifests\.yaml"):
         get_backend("kubernetes").run(store, job_id)
-    assert store.get_job(job_id)["state"] == "Failed"
+    assert store.get_job(job_id).state == "Failed"
 
 
 def test_no_kubeconfig_fails_the_job_with_one_line(tmp_path, monkeypatch):
@@ -159,7 +162,7 @@ def test_no_kubeconfig_fails_the_job_with_one_line(tmp_path, monkeypatch):
     store, job_id = make_job(tmp_path)
     with pytest.raises(UserError, match="no kubeconfig"):
         get_backend("kubernetes").run(store, job_id)
-    assert store.get_job(job_id)["state"] == "Failed"
+    assert store.get_job(job_id).state == "Failed"
 
 
 def test_check_refuses_before_anything_is_created(fake, tmp_path):
@@ -215,13 +218,13 @@ def test_cli_detached_run_keeps_syncing_and_cancel_deletes(fake, tmp_path):
     proc = mw("run", str(path), "--backend", "kubernetes", "--detach")
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
-    fake.wait_for(lambda f: Store().get_job(job_id)["state"] == "Running", timeout=60)
+    fake.wait_for(lambda f: Store().get_job(job_id).state == "Running", timeout=60)
     proc = mw("cancel", job_id)
     assert proc.returncode == 0, proc.stderr
     assert fake.items("jobsets", "ml") == [] and fake.items("pods", "ml") == []
     fake.wait_for(lambda f: not __import__("multiworker.procs", fromlist=["x"]).pid_alive(
-        Store().get_job(job_id)["supervisor_pid"]), timeout=60)  # the detached driver ended by itself
-    assert Store().get_job(job_id)["state"] == "Cancelled"
+        Store().get_job(job_id).supervisor_pid), timeout=60)  # the detached driver ended by itself
+    assert Store().get_job(job_id).state == "Cancelled"
 
 
 def test_cli_auth_failure_exit_2_one_line(fake, tmp_path, monkeypatch):

@@ -7,7 +7,6 @@ import os
 import signal
 
 import pytest
-
 from helpers import fake_spec, mw, mw_popen, no_processes_left, running_job, status
 
 pytestmark = pytest.mark.integration
@@ -87,8 +86,8 @@ def test_signal_to_launcher_stops_everything(tmp_path, mw_home, sig, code):
     launcher.send_signal(sig)
     launcher.wait(timeout=60)
     assert launcher.returncode == code
-    assert no_processes_left(job["id"])
-    doc = status(mw_home, job["id"])
+    assert no_processes_left(job.id)
+    doc = status(mw_home, job.id)
     assert doc["state"] == "Cancelled"
 
 
@@ -98,7 +97,7 @@ def test_sigkill_to_launcher_leaves_nothing(tmp_path, mw_home):
     job = running_job(mw_home)
     launcher.kill()
     launcher.wait(timeout=30)
-    assert no_processes_left(job["id"])
+    assert no_processes_left(job.id)
 
 
 def test_grandchildren_die_with_a_killed_launcher(tmp_path, mw_home):
@@ -108,9 +107,10 @@ def test_grandchildren_die_with_a_killed_launcher(tmp_path, mw_home):
     launcher = mw_popen("run", str(spec), "-q", home=mw_home)
     job = running_job(mw_home)
     from helpers import wait_for
+
     from multiworker.procs import processes_of_job
 
-    wait_for(lambda: len(processes_of_job(job["id"])) >= 6)  # 2 x (bash + 2 sleeps)
+    wait_for(lambda: len(processes_of_job(job.id)) >= 6)  # 2 x (bash + 2 sleeps)
     launcher.kill()
     launcher.wait(timeout=30)
-    assert no_processes_left(job["id"])
+    assert no_processes_left(job.id)

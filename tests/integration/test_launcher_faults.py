@@ -12,7 +12,7 @@ import time
 
 from helpers import mw, mw_popen, no_processes_left, running_job, status
 
-from multiworker.store import Store
+from multiworker.job import Store
 
 FLOOD = textwrap.dedent('''
     import sys
@@ -62,7 +62,7 @@ def _stubborn_job(tmp_path, mw_home, grace: str):
 
 
 def _grace_events(mw_home, job: dict) -> list[dict]:
-    return [e for e in Store(mw_home).events(job["id"]) if e["reason"] == "GracePeriodExceeded"]
+    return [e for e in Store(mw_home).events(job.id) if e["reason"] == "GracePeriodExceeded"]
 
 
 def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace_period_and_told(tmp_path, mw_home):
@@ -73,7 +73,7 @@ def test_a_replica_that_ignores_sigterm_is_killed_after_the_grace_period_and_tol
         events = _grace_events(mw_home, job)
         assert sorted(e["replica"] for e in events) == ["worker-0", "worker-1"]
         assert "multiworker.trainer.strategy()" in events[0]["message"]
-        assert no_processes_left(job["id"])
+        assert no_processes_left(job.id)
 
 
 def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
@@ -86,5 +86,5 @@ def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
         assert time.monotonic() - start < 15, "the second Ctrl-C did not cut the 120 s grace period"
         assert launcher.returncode == 130
         assert status(mw_home)["state"] == "Cancelled"
-        assert no_processes_left(job["id"])
+        assert no_processes_left(job.id)
         assert not _grace_events(mw_home, job)  # the user cut the grace period: nothing to explain

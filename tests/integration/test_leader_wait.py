@@ -7,7 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from helpers import two_workers
 
 pytestmark = pytest.mark.integration

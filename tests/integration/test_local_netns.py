@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from helpers import PROGRAMS, REPO, no_processes_left, status, wait_for
-from multiworker.store import Store
+
+from multiworker.job import Store
 
 MACHINE_IP, OTHER_IP = "10.212.0.1", "10.212.0.2"
 _PROBE = """
@@ -82,7 +82,7 @@ def _run_and_probe(tmp_path: Path, home: Path, two_hosts, netns: str) -> tuple[l
     try:
         def ready():
             jobs = Store(home).list_jobs()
-            reps = Store(home).replicas(jobs[0]["id"]) if jobs else []
+            reps = Store(home).replicas(jobs[0].id) if jobs else []
             logs = [Path(r["log_path"]) for r in reps if r["log_path"]]
             done = len(logs) == 2 and all(p.exists() and "reached all peers" in p.read_text() for p in logs)
             return (jobs[0], reps) if done else None
@@ -92,7 +92,7 @@ def _run_and_probe(tmp_path: Path, home: Path, two_hosts, netns: str) -> tuple[l
         probe = subprocess.run(_in_ns(other, [sys.executable, "-c", _PROBE, MACHINE_IP,
                                               *[str(r["port"]) for r in reps]]),
                                capture_output=True, text=True, timeout=60)
-        (Path(job["output_dir"]) / "stop").touch()
+        (Path(job.output_dir) / "stop").touch()
         out, _ = launcher.communicate(timeout=60)
     finally:
         if launcher.poll() is None:
@@ -128,16 +128,16 @@ def test_namespace_removed_when_the_launcher_is_killed(tmp_path, mw_home):
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         job = wait_for(lambda: _running(mw_home), timeout=60)
-        assert Path(f"/run/netns/mw-{job['id']}").exists()
+        assert Path(f"/run/netns/mw-{job.id}").exists()
     finally:
         launcher.send_signal(signal.SIGKILL)
         launcher.wait()
-    wait_for(lambda: not Path(f"/run/netns/mw-{job['id']}").exists(), timeout=30)  # the watchdog's cleanup
-    assert no_processes_left(job["id"])
+    wait_for(lambda: not Path(f"/run/netns/mw-{job.id}").exists(), timeout=30)  # the watchdog's cleanup
+    assert no_processes_left(job.id)
 
 
 def _running(home: Path) -> dict | None:
     store = Store(home)
     jobs = store.list_jobs()
-    reps = store.replicas(jobs[0]["id"]) if jobs else []
+    reps = store.replicas(jobs[0].id) if jobs else []
     return jobs[0] if len(reps) == 2 and all(r["state"] == "Running" for r in reps) else None

@@ -10,9 +10,18 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import (
+    REPO,
+    epochs_by_attempt,
+    mw,
+    mw_popen,
+    no_processes_left,
+    running_job,
+    status,
+    wait_for,
+)
 
-from helpers import REPO, epochs_by_attempt, mw, mw_popen, no_processes_left, running_job, status, wait_for
-from multiworker.store import Store
+from multiworker.job import Store
 
 pytestmark = pytest.mark.integration
 JOB = str(REPO / "examples" / "mnist" / "job.yaml")
@@ -48,7 +57,7 @@ def test_ctrl_c_stops_tensorflow_workers_at_once(mw_home):
     launcher = mw_popen("run", JOB, "-q", "--set", "run_policy.grace_period=60s", "--", "--epochs", "50",
                         home=mw_home)
     job = running_job(mw_home)
-    logs = [Path(mw_home, "jobs", job["id"], "attempt_0", f"worker-{i}.log") for i in (0, 1)]
+    logs = [Path(mw_home, "jobs", job.id, "attempt_0", f"worker-{i}.log") for i in (0, 1)]
     wait_for(lambda: all("in sync" in log.read_text() for log in logs), timeout=120)  # strategy made
     start = time.monotonic()
     launcher.send_signal(signal.SIGINT)
@@ -56,9 +65,9 @@ def test_ctrl_c_stops_tensorflow_workers_at_once(mw_home):
     took = time.monotonic() - start
     assert launcher.returncode == 130
     assert took < 10, f"the stop took {took:.1f} s: SIGTERM did not end the workers"
-    doc = status(mw_home, job["id"])
+    doc = status(mw_home, job.id)
     assert doc["state"] == "Cancelled" and [r["state"] for r in doc["replicas"]] == ["Stopped", "Stopped"]
-    assert no_processes_left(job["id"])
+    assert no_processes_left(job.id)
 
 
 def test_injected_kill_resumes_from_epoch_reached(mw_home):

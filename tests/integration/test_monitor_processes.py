@@ -13,8 +13,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO, fake_spec, mw, no_processes_left, status, wait_for
+
 from multiworker.procs import free_ports, pid_alive
 
 pytestmark = pytest.mark.integration
@@ -48,7 +48,7 @@ def test_detached_mnist_status_running_then_succeeded(mw_home):
     assert [r["state"] for r in doc["replicas"]] == ["Succeeded", "Succeeded"]
     assert no_processes_left(job_id)
     # the store saw per-replica resource samples during the run
-    from multiworker.store import Store
+    from multiworker.job import Store
 
     assert {s["replica"] for s in Store(mw_home).samples(job_id)} == {"worker-0", "worker-1"}
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from helpers import REPO, epochs_by_attempt, no_processes_left, wait_for
-from multiworker.store import Store
 from ray_netns import HEAD_IP, NODE_IP, RAY_ENV, TwoHostRay, unavailable_reason
+
+from multiworker.job import Store
 
 pytestmark = pytest.mark.integration
 MNIST = str(REPO / "examples" / "mnist" / "job.yaml")
@@ -97,8 +97,8 @@ def test_sigkill_on_second_host_restarts_group_and_resumes(cluster, mw_home):
     try:
         store = Store(mw_home)
         job = wait_for(lambda: store.list_jobs() and store.list_jobs()[0], timeout=60)
-        wait_for(lambda: any(m["replica"] == "worker-0" for m in store.metrics(job["id"], "epoch")), timeout=240)
-        remote = next(r for r in store.replicas(job["id"]) if r["host"] == NODE_IP)
+        wait_for(lambda: any(m["replica"] == "worker-0" for m in store.metrics(job.id, "epoch")), timeout=240)
+        remote = next(r for r in store.replicas(job.id) if r["host"] == NODE_IP)
         assert cluster.net_ns_of(remote["pid"]) == cluster.node_ns  # really on the second host
         os.kill(remote["pid"], signal.SIGKILL)
         out, _ = proc.communicate(timeout=360)
@@ -134,7 +134,7 @@ def test_ctrl_c_leaves_no_replica_on_either_host(cluster, mw_home):
     try:
         store = Store(mw_home)
         job = wait_for(lambda: store.list_jobs() and store.list_jobs()[0], timeout=60)
-        reps = wait_for(lambda: (r := store.replicas(job["id"])) and len(r) == 2
+        reps = wait_for(lambda: (r := store.replicas(job.id)) and len(r) == 2
                         and all(x["state"] == "Running" for x in r) and r, timeout=120)
         where = {f"{r['role']}-{r['idx']}": cluster.net_ns_of(r["pid"]) for r in reps}
         assert where == {"worker-0": cluster.head_ns, "worker-1": cluster.node_ns}
@@ -148,5 +148,5 @@ def test_ctrl_c_leaves_no_replica_on_either_host(cluster, mw_home):
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, out[-3000:]
-    assert Store(mw_home).get_job(job["id"])["state"] == "Cancelled"
-    assert no_processes_left(job["id"], timeout=15)
+    assert Store(mw_home).get_job(job.id).state == "Cancelled"
+    assert no_processes_left(job.id, timeout=15)

@@ -25,8 +25,8 @@ httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 pytest.importorskip("tensorflow")
 
+from multiworker.job import Store  # noqa: E402
 from multiworker.procs import free_ports  # noqa: E402
-from multiworker.store import Store  # noqa: E402
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -94,8 +94,8 @@ def served(tmp_path_factory):
     taxi.save(str(root / "taxi" / "7"), save_format="tf")
     home = root / "home"
     store = Store(home)
-    store.create_job(job_id="20250101-000000-abcd", name="mnist", spec_json="{}", state="Succeeded",
-                     output_dir=str(root / "job-output"))
+    store.create_job(job_id="20250101-000000-abcd", name="mnist", spec_json="{}", output_dir=str(root / "job-output"))
+    store.update_job("20250101-000000-abcd", state="Succeeded")
     store.close()
     mnist_port, taxi_port = free_ports(2)
     procs = [
@@ -147,8 +147,12 @@ def test_taxifare_named_inputs_rows_columns_and_b64(served):
 
 def test_vertex_client_library_gets_predictions(served):
     from google.auth.credentials import AnonymousCredentials
-    from google.cloud.aiplatform_v1.services.prediction_service import PredictionServiceClient
-    from google.cloud.aiplatform_v1.services.prediction_service.transports.rest import PredictionServiceRestTransport
+    from google.cloud.aiplatform_v1.services.prediction_service import (
+        PredictionServiceClient,
+    )
+    from google.cloud.aiplatform_v1.services.prediction_service.transports.rest import (
+        PredictionServiceRestTransport,
+    )
 
     transport = PredictionServiceRestTransport(host=f"127.0.0.1:{served['mnist_port']}",
                                                credentials=AnonymousCredentials(), url_scheme="http")

@@ -10,9 +10,9 @@ import signal
 from pathlib import Path
 
 import pytest
-
 from helpers import REPO, mw_popen, no_processes_left, status, wait_for
-from multiworker.store import Store
+
+from multiworker.job import Store
 
 pytestmark = pytest.mark.integration
 JOB = str(REPO / "examples" / "mnist" / "job.yaml")
@@ -29,11 +29,11 @@ def _kill_worker_1_mid_epoch(mw_home, backup_every: str, *, sigterm_chief: bool 
         def progressed():  # a progress line past step 20: the backup of step 10 exists
             store = Store(mw_home)
             jobs = store.list_jobs()
-            row = jobs and store.progress(jobs[0]["id"]).get("worker-0")
+            row = jobs and store.progress(jobs[0].id).get("worker-0")
             return jobs[0] if row and row["attempt"] == 0 and (row["step"] or 0) >= 20 else None
 
         job = wait_for(progressed, timeout=90, interval=0.2)
-        pids = {r["idx"]: r["pid"] for r in Store(mw_home).replicas(job["id"]) if r["role"] == "worker"}
+        pids = {r["idx"]: r["pid"] for r in Store(mw_home).replicas(job.id) if r["role"] == "worker"}
         os.kill(pids[1], signal.SIGKILL)
         if sigterm_chief:
             os.kill(pids[0], signal.SIGTERM)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from multiworker.procs import free_ports
 from multiworker.metrics_line import parse_metric
+from multiworker.procs import free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-
 from helpers import REPO, mw, no_processes_left
 
 pytestmark = pytest.mark.integration

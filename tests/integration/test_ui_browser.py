@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import pytest
-
 from helpers import fake_spec, mw, no_processes_left, wait_for
-from multiworker.monitor.lifecycle import delete_job
-from multiworker.store import Store
 from uihelpers import UiServer, assert_not_blank, chromium, page_errors
+
+from multiworker.job import Store
+from multiworker.monitor.lifecycle import delete_job
 
 pytest.importorskip("starlette")
 
@@ -122,7 +122,7 @@ def test_cancel_from_the_page_stops_the_job_and_every_replica(server, browser, h
     js_wait(browser, "document.getElementById('confirm').open")
     browser.find_element("id", "confirm-yes").click()
     js_wait(browser, "document.getElementById('job-state').textContent === 'Cancelled'", timeout=60)
-    assert Store(home).get_job(job_id)["state"] == "Cancelled"
+    assert Store(home).get_job(job_id).state == "Cancelled"
     assert no_processes_left(job_id)
     assert browser.find_element("id", "cancel-btn").is_displayed() is False
     assert page_errors(browser) == []
@@ -130,7 +130,7 @@ def test_cancel_from_the_page_stops_the_job_and_every_replica(server, browser, h
 
 def test_a_job_deleted_while_its_page_is_open_is_shown_as_deleted(server, browser, home, tmp_path):
     job_id = start_job(home, tmp_path, "--epochs", "2", "--epoch-seconds", "0.1", workers=1)
-    wait_for(lambda: Store(home).get_job(job_id)["state"] == "Succeeded", timeout=WAIT)
+    wait_for(lambda: Store(home).get_job(job_id).state == "Succeeded", timeout=WAIT)
     browser.get(f"{server.base}/jobs/{job_id}")
     js_wait(browser, "document.getElementById('job-state').textContent === 'Succeeded'")
     store = Store(home)
@@ -145,7 +145,7 @@ def test_compare_page_draws_two_jobs_on_one_chart(server, browser, home, tmp_pat
     first = start_job(home, tmp_path, "--epochs", "3", "--epoch-seconds", "0.05", workers=1, name="first")
     second = start_job(home, tmp_path, "--epochs", "5", "--epoch-seconds", "0.05", workers=1, name="second")
     store = Store(home)
-    wait_for(lambda: all(store.get_job(j)["state"] == "Succeeded" for j in (first, second)), timeout=WAIT)
+    wait_for(lambda: all(store.get_job(j).state == "Succeeded" for j in (first, second)), timeout=WAIT)
     browser.get(f"{server.base}/compare?ids={first},{second}")
     js_wait(browser, "window.mwCharts.compare && window.mwCharts.compare.series.length === 3")
     labels = browser.execute_script("return window.mwCharts.compare.series.slice(1).map(s => s.label)")

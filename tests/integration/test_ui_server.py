@@ -12,7 +12,6 @@ import urllib.error
 import urllib.request
 
 import pytest
-
 from helpers import fake_spec, mw
 from uihelpers import UiServer
 

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
-
 from fakes.vertex_api import FakeGoogle, canonical
+
+from multiworker.job import Store
 from multiworker.spec.formats._schema import check_schema
-from multiworker.store import Store
 
 CONSOLE = "https://console.cloud.google.com/vertex-ai/locations/us-central1/training/{}?project=proj"
 EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
@@ -82,7 +82,7 @@ def test_container_job_body_console_link_and_success(tmp_path, mw_home, fake):
     container = {"imageUri": image, "command": ["python", "-m", "trainer.task"], "args": ["--epochs", "2"]}
     assert canonical(fake.created[0]) == {
         "displayName": "census",
-        "labels": {"multiworker-job": Store(mw_home).list_jobs()[0]["id"]},
+        "labels": {"multiworker-job": Store(mw_home).list_jobs()[0].id},
         "jobSpec": {
             "workerPoolSpecs": [
                 {"machineSpec": {**machine, "acceleratorType": "NVIDIA_TESLA_T4", "acceleratorCount": 1},
@@ -100,16 +100,16 @@ def test_container_job_body_console_link_and_success(tmp_path, mw_home, fake):
     assert not any(fake.buckets.values()), "a container job uploads nothing"
     store = Store(mw_home)
     job = store.list_jobs()[0]
-    number = json.loads(job["handle_json"])["resource_name"].rsplit("/", 1)[-1]
+    number = json.loads(job.handle_json)["resource_name"].rsplit("/", 1)[-1]
     assert CONSOLE.format(number) in proc.stdout
-    assert job["state"] == "Succeeded" and job["output_dir"] == "gs://bucket/census"
-    assert {f"{r['role']}-{r['idx']}": r["state"] for r in store.replicas(job["id"])} == {
+    assert job.state == "Succeeded" and job.output_dir == "gs://bucket/census"
+    assert {f"{r['role']}-{r['idx']}": r["state"] for r in store.replicas(job.id)} == {
         "chief-0": "Succeeded", "worker-0": "Succeeded", "worker-1": "Succeeded", "ps-0": "Succeeded",
         "evaluator-0": "Succeeded"}
-    logs = mw("logs", job["id"], home=mw_home, fake=fake)
+    logs = mw("logs", job.id, home=mw_home, fake=fake)
     assert "[chief-0] chief: epoch 1/2" in logs.stdout and "[chief-0] chief: done" in logs.stdout
     assert "[worker-1] worker-1 up" in logs.stdout and "[evaluator-0] evaluator: loss 0.5" in logs.stdout
-    assert "Waiting for job to be provisioned." in (Path(job["job_dir"]) / "supervisor.log").read_text()
+    assert "Waiting for job to be provisioned." in (Path(job.job_dir) / "supervisor.log").read_text()
 
 
 def test_package_job_uploads_sdists_and_runs_them(tmp_path, mw_home, fake):
@@ -121,7 +121,7 @@ def test_package_job_uploads_sdists_and_runs_them(tmp_path, mw_home, fake):
     assert "worker 0 becomes Vertex AI's chief" in proc.stdout and "newest prebuilt Vertex AI training image has 2.17" in proc.stdout
     job = Store(mw_home).list_jobs()[0]
     objects = sorted(fake.buckets["bucket"])
-    prefix = f"multiworker/{job['id']}/packages/"
+    prefix = f"multiworker/{job.id}/packages/"
     assert objects == [f"{prefix}mnist-trainer-0.0.0.tar.gz", f"{prefix}multiworker-0.1.0.tar.gz"]
     with tarfile.open(fileobj=io.BytesIO(fake.buckets["bucket"][objects[0]])) as tar:
         names = tar.getnames()
@@ -134,11 +134,11 @@ def test_package_job_uploads_sdists_and_runs_them(tmp_path, mw_home, fake):
     assert canonical(fake.created[0])["jobSpec"] == {
         "workerPoolSpecs": [{"machineSpec": machine, "replicaCount": 1, "pythonPackageSpec": package},
                             {"machineSpec": machine, "replicaCount": 2, "pythonPackageSpec": package}],
-        "baseOutputDirectory": {"outputUriPrefix": f"gs://bucket/multiworker/{job['id']}/output"},
+        "baseOutputDirectory": {"outputUriPrefix": f"gs://bucket/multiworker/{job.id}/output"},
         "scheduling": {"restartJobOnWorkerRestart": True},
     }
     check_schema(fake.created[0], "vertex", source="received")
-    logs = mw("logs", job["id"], home=mw_home, fake=fake)
+    logs = mw("logs", job.id, home=mw_home, fake=fake)
     # without a chief, pool 0 is worker 0 and pool 1 holds workers 1 and 2
     assert "[worker-0] training on worker 0" in logs.stdout and "[worker-2] training on worker 2" in logs.stdout
 
@@ -148,9 +148,9 @@ def test_failed_job_surfaces_the_error(tmp_path, mw_home, fake):
     proc = mw("run", container_spec(tmp_path), *VERTEX, "--image", "img:1", home=mw_home, fake=fake)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     job = Store(mw_home).list_jobs()[0]
-    assert job["state"] == "Failed" and job["message"] == fake.failure_message
+    assert job.state == "Failed" and job.message == fake.failure_message
     assert fake.failure_message in proc.stdout
-    status = json.loads(mw("status", job["id"], "--json", home=mw_home, fake=fake).stdout)
+    status = json.loads(mw("status", job.id, "--json", home=mw_home, fake=fake).stdout)
     assert status["state"] == "Failed"
 
 
@@ -162,18 +162,18 @@ def test_detached_job_follows_and_cancels(tmp_path, mw_home, fake):
     job_id = proc.stdout.strip()
     store = Store(mw_home)
     deadline = time.monotonic() + 60
-    while not (store.get_job(job_id)["state"] == "Running" and
+    while not (store.get_job(job_id).state == "Running" and
                any(r["state"] == "Running" for r in store.replicas(job_id))):
         assert time.monotonic() < deadline, store.events(job_id)
         time.sleep(0.1)
     assert {r["role"]: r["state"] for r in store.replicas(job_id)}["chief"] == "Running"
     assert {r["role"]: r["state"] for r in store.replicas(job_id)}["ps"] == "Pending"  # no logs from it yet
-    pid = store.get_job(job_id)["supervisor_pid"]
+    pid = store.get_job(job_id).supervisor_pid
     cancel = mw("cancel", job_id, home=mw_home, fake=fake)
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
-    name = json.loads(store.get_job(job_id)["handle_json"])["resource_name"]
+    name = json.loads(store.get_job(job_id).handle_json)["resource_name"]
     assert fake.cancels == [name] or fake.cancels[0] == name
-    assert store.get_job(job_id)["state"] == "Cancelled"
+    assert store.get_job(job_id).state == "Cancelled"
     deadline = time.monotonic() + 30
     while _alive(pid):  # the detached driver sees CANCELLED and exits
         assert time.monotonic() < deadline, "the detached driver outlived its cancelled job"

@@ -6,7 +6,15 @@ import json
 
 import pytest
 
-from multiworker.cluster import ReplicaId, cluster_spec, replica_env, replica_ids, thread_budget, tf_config, cluster_map
+from multiworker.cluster import (
+    ReplicaId,
+    cluster_map,
+    cluster_spec,
+    replica_env,
+    replica_ids,
+    tf_config,
+    thread_budget,
+)
 from multiworker.spec.model import JobSpec
 
 

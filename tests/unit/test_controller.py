@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from multiworker.backends.base import JobState, Placement, ReplicaGroup
+from multiworker.backends.base import Backend, Placement, ReplicaGroup
 from multiworker.backends.controller import GroupController
-from multiworker.backends.observer import Observer
 from multiworker.cluster import ReplicaId
 from multiworker.errors import UserError
+from multiworker.job import JobState, Store
+from multiworker.job.observer import Observer
 from multiworker.jobs import create_job
 from multiworker.spec.load import load_spec
-from multiworker.store import Store
 
 W0, W1, PS0 = ReplicaId("worker", 0), ReplicaId("worker", 1), ReplicaId("ps", 0)
 RUNNING = None  # a poll result: still running
@@ -118,8 +118,24 @@ def make_job(tmp_path: Path, pools: str = "{worker: {replicas: 2}}", run_policy:
     return store, create_job(store, load_spec(spec), **kw)
 
 
+class ScriptedBackend(Backend):
+    """A backend whose replicas are a FakeGroup's script: ``Backend.run``'s template (journal, stop
+    signals, the final state) around the real group controller."""
+
+    name = "scripted"
+
+    def __init__(self, group: ReplicaGroup):
+        self.group = group
+
+    def drive(self, record, options, journal) -> JobState:
+        return GroupController(record, self.group, journal, poll_interval=0.001).run()
+
+    def cancel(self, store, job, *, timeout=None):
+        raise NotImplementedError
+
+
 def drive(store, job_id, group, observer=None) -> JobState:
-    return GroupController(store, job_id, group, observer, poll_interval=0.001).run()
+    return ScriptedBackend(group).run(store, job_id, observer)
 
 
 def test_healthy_healthy_failed_restarts_the_group_then_succeeds(tmp_path):
@@ -131,7 +147,7 @@ def test_healthy_healthy_failed_restarts_the_group_then_succeeds(tmp_path):
     obs = Recorder()
     assert drive(store, job_id, group, obs) is JobState.SUCCEEDED
     job = store.get_job(job_id)
-    assert (job["state"], job["restarts"], job["backend"]) == ("Succeeded", 1, "local")
+    assert (job.state, job.restarts, job.backend) == ("Succeeded", 1, "local")
     assert [a["outcome"] for a in store.attempts(job_id)] == ["Restarting", "Succeeded"]
     # every attempt is placed anew and closed; the survivor of attempt 0 was stopped
     assert [c for c in group.calls if c[0] in ("place", "close")] == [("place", 0), ("close", 0), ("place", 1),
@@ -145,7 +161,7 @@ def test_healthy_healthy_failed_restarts_the_group_then_succeeds(tmp_path):
     assert json.loads(started["env"]["TF_CONFIG"])["cluster"] == {"worker": ["10.0.0.1:5000", "10.0.0.2:5001"]}
     assert started["env"]["MULTIWORKER_ATTEMPT"] == "1" and "PATH" not in started["env"]
     assert started["cmd"][-2:] == ["--epochs", "1"] and started["cwd"] == tmp_path
-    assert started["log_path"] == Path(job["job_dir"]) / "attempt_1" / "worker-1.log"
+    assert started["log_path"] == Path(job.job_dir) / "attempt_1" / "worker-1.log"
     reps = {f"{r['role']}-{r['idx']}": r for r in store.replicas(job_id)}
     assert (reps["worker-1"]["host"], reps["worker-1"]["node"], reps["worker-1"]["port"]) == ("10.0.0.2", "node-1", 5001)
     assert {r["state"] for r in reps.values()} == {"Succeeded"}
@@ -157,9 +173,9 @@ def test_backoff_limit_reached_fails_with_the_root_cause_first(tmp_path):
     fail = {W0: [RUNNING, 1], W1: [RUNNING, -signal.SIGKILL]}  # together: the kill is the likelier cause
     assert drive(store, job_id, FakeGroup([fail, fail])) is JobState.FAILED
     job = store.get_job(job_id)
-    assert job["restarts"] == 1
-    assert job["message"].startswith("root cause: worker-1 (pid 102) failed with signal SIGKILL (exit code 137)")
-    assert "also failed [worker-0]: exit code 1" in job["message"]
+    assert job.restarts == 1
+    assert job.message.startswith("root cause: worker-1 (pid 102) failed with signal SIGKILL (exit code 137)")
+    assert "also failed [worker-0]: exit code 1" in job.message
     assert [a["outcome"] for a in store.attempts(job_id)] == ["Restarting", "Failed"]
 
 
@@ -167,7 +183,7 @@ def test_deadline_stops_every_replica(tmp_path):
     store, job_id = make_job(tmp_path, run_policy="{active_deadline: 0.2s}")
     group = FakeGroup([{}])  # nobody ever exits
     assert drive(store, job_id, group) is JobState.FAILED
-    assert "active_deadline of 0.2s exceeded" in store.get_job(job_id)["message"]
+    assert "active_deadline of 0.2s exceeded" in store.get_job(job_id).message
     assert store.attempts(job_id)[0]["outcome"] == "DeadlineExceeded"
     assert ("stop", (W0, W1)) in group.calls
     assert {r["state"] for r in store.replicas(job_id)} == {"Stopped"}
@@ -181,7 +197,7 @@ def test_injected_failure_signals_through_the_group_and_restarts(tmp_path):
     events = [(e["reason"], e["replica"], e["message"]) for e in store.events(job_id)]
     injected = [e for e in events if e[0] == "InjectedFailure"]
     assert len(injected) == 1 and injected[0][1] == "worker-1" and "sent SIGKILL" in injected[0][2]
-    assert store.get_job(job_id)["restarts"] == 1
+    assert store.get_job(job_id).restarts == 1
 
 
 def test_metric_lines_go_to_the_store_and_bad_ones_are_dropped_with_one_warning(tmp_path):
@@ -226,7 +242,7 @@ def test_injection_at_an_epoch_fires_when_the_replica_reports_it(tmp_path):
     assert [c for c in group.calls if c[0] == "signal"] == [("signal", W1, signal.SIGKILL)]  # step 25 never came
     fired = [e for e in store.events(job_id) if e["reason"] == "InjectedFailure"]
     assert len(fired) == 1 and "worker-1@epoch:1" in fired[0]["message"]
-    assert store.get_job(job_id)["restarts"] == 1
+    assert store.get_job(job_id).restarts == 1
     assert not group.logs[W1]  # the epoch line had been read before the kill
     never = [e["message"] for e in store.events(job_id) if e["reason"] == "InjectionNotFired"]
     assert never == ["worker-0@step:25:KILL: never fired, the job ended first"]
@@ -237,8 +253,8 @@ def test_never_policy_fails_at_once_and_ps_success_exit_is_not_success(tmp_path)
                              run_policy="{restart_policy: Never}")
     group = FakeGroup([{PS0: [0], ReplicaId("worker", 0): [RUNNING, RUNNING, 3]}])
     assert drive(store, job_id, group) is JobState.FAILED
-    assert store.get_job(job_id)["restarts"] == 0
-    assert "root cause: worker-0" in store.get_job(job_id)["message"]
+    assert store.get_job(job_id).restarts == 0
+    assert "root cause: worker-0" in store.get_job(job_id).message
 
 
 def test_ps_and_evaluator_exits_do_not_decide(tmp_path):
@@ -268,7 +284,7 @@ def test_sigterm_to_the_driver_cancels(tmp_path):
     assert drive(store, job_id, group) is JobState.CANCELLED
     assert signal.getsignal(signal.SIGTERM) is previous  # restored
     assert JobState.CANCELLED.exit_code == 130
-    assert store.get_job(job_id)["message"] == "cancelled by SIGTERM; every replica stopped"
+    assert store.get_job(job_id).message == "cancelled by SIGTERM; every replica stopped"
 
 
 def test_a_job_no_longer_pending_is_not_run(tmp_path):
@@ -279,12 +295,13 @@ def test_a_job_no_longer_pending_is_not_run(tmp_path):
 
 
 def test_create_job_records_backend_and_options(tmp_path):
-    store, job_id = make_job(tmp_path, backend_options={"example": 1}, inject_failures=["worker-1@5s"])
+    store, job_id = make_job(tmp_path, inject_failures=["worker-1@5s"])
     job = store.get_job(job_id)
-    options = json.loads(job["options_json"])
-    assert job["backend"] == "local" and job["state"] == "Pending"
-    assert options["backend_options"] == {"example": 1} and options["inject_failures"] == ["worker-1@5s:KILL"]
-    assert (Path(job["job_dir"]) / "spec.json").is_file()
+    assert job.backend == "local" and job.state is JobState.PENDING
+    assert job.backend_options == {} and job.run.inject_failures == ("worker-1@5s:KILL",)
+    assert (job.job_dir / "spec.json").is_file()
+    with pytest.raises(UserError, match="--example: not an option of the local backend"):
+        create_job(store, load_spec(tmp_path / "job.yaml"), backend_options={"example": 1})
     with pytest.raises(UserError, match="--backend 'nope': unknown backend; choose one of local"):
         create_job(store, load_spec(tmp_path / "job.yaml"), backend="nope")
     assert len(store.list_jobs()) == 1

@@ -148,8 +148,7 @@ def test_reader_without_files_is_a_user_error(tmp_path):
 
 
 def test_cli_json_and_errors(image_tree, tmp_path):
-    from multiworker.cli import app
-    from multiworker.cli import data_cmd
+    from multiworker.cli import app, data_cmd
 
     if not any(g.name == "data" for g in app.registered_groups):
         data_cmd.register(app)

@@ -18,7 +18,11 @@ from multiworker.cluster import ReplicaId, cluster_map, replica_ids, tf_config
 from multiworker.errors import SpecError
 from multiworker.spec.formats import parse_job
 from multiworker.spec.formats.convert import convert
-from multiworker.spec.formats.gcloud import load_command, looks_like_gcloud, parse_command
+from multiworker.spec.formats.gcloud import (
+    load_command,
+    looks_like_gcloud,
+    parse_command,
+)
 from multiworker.spec.load import spec_from_dict
 
 REPO = Path(__file__).resolve().parents[2]

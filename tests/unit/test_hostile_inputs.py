@@ -329,7 +329,7 @@ def test_bad_job_refs(argv, capsys, monkeypatch, mw_home, project):
 
 def test_empty_job_ref_never_means_the_newest(project, capsys, monkeypatch, mw_home):
     """`delete ""` once deleted the newest job: only `last` means that."""
-    from multiworker.store import Store
+    from multiworker.job import Store
 
     store = Store(mw_home)
     store.create_job(job_id="abcd1234", name="keep", spec_json="{}")
@@ -395,7 +395,7 @@ def test_dev_zero_and_big_files(project, capsys, monkeypatch, mw_home):
 
 
 def test_home_and_files_are_private(project, mw_home, capsys, monkeypatch):
-    from multiworker.store import Store
+    from multiworker.job import Store
 
     home = mw_home / "fresh"
     Store(home)
@@ -404,7 +404,8 @@ def test_home_and_files_are_private(project, mw_home, capsys, monkeypatch):
 
 
 def test_relative_home_is_made_absolute(tmp_path, monkeypatch):
-    from multiworker.store import Store, home_dir
+    from multiworker.home import home_dir
+    from multiworker.job import Store
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("MULTIWORKER_HOME", "rel-home")
@@ -461,7 +462,7 @@ def test_validate_does_not_unpack_packages(project, capsys, monkeypatch, mw_home
 
 def test_a_read_only_home_can_still_be_listed(tmp_path, capsys, monkeypatch):
     """Read commands open a store they cannot write read-only; a write names the home and the fix."""
-    from multiworker.store import Store
+    from multiworker.job import Store
 
     home = tmp_path / "ro"
     store = Store(home)

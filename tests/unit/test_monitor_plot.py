@@ -10,9 +10,9 @@ from typer.testing import CliRunner
 
 from multiworker.cli import monitor_cmd
 from multiworker.errors import UserError
+from multiworker.job import Store
 from multiworker.monitor.plot import collect_series, drawn_lines, plot_job
 from multiworker.spec.model import JobSpec
-from multiworker.store import Store
 
 pytest.importorskip("matplotlib")
 
@@ -30,7 +30,7 @@ def job(mw_home, monkeypatch) -> tuple[Store, str]:
         store.add_metric("f00d0001", attempt, "worker-0", {"kind": "epoch", "epoch": epoch, "epochs": 3, "loss": loss,
                                                            "accuracy": acc, "images_per_sec": 999.0, "seconds": 1.0})
     clock = iter([1001.0, 1002.0, 1003.0])
-    monkeypatch.setattr("multiworker.store.time.time", lambda: next(clock))
+    monkeypatch.setattr("multiworker.job.store.time.time", lambda: next(clock))
     for cpu in (100.0, 150.0, 50.0):
         store.add_samples("f00d0001", [("worker-0", cpu, int(cpu) << 20), ("worker-1", cpu / 2, int(cpu) << 19)])
     monkeypatch.undo()

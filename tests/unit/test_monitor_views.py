@@ -17,12 +17,12 @@ from typer.testing import CliRunner
 
 from multiworker.cli import jobs_cmd, monitor_cmd
 from multiworker.errors import UserError
+from multiworker.job import Store
 from multiworker.monitor.lifecycle import cancel_job, delete_job, gc_jobs
 from multiworker.monitor.logs import follow_logs, log_files, read_logs
 from multiworker.monitor.watch import render, replica_progress, snapshot
 from multiworker.spec.model import JobSpec
 from multiworker.status import job_status, refresh_liveness
-from multiworker.store import Store
 
 SPEC = JobSpec(name="demo", module="fakejob", pools={"chief": {}, "worker": {"replicas": 2}})
 REPLICAS = ("chief-0", "worker-0", "worker-1")
@@ -34,7 +34,7 @@ def record_job(store: Store, job_id: str = "feed0001", *, state: str = "Succeede
     job_dir = store.home / "jobs" / job_id
     now = time.time()
     store.create_job(job_id=job_id, name="demo", spec_json=SPEC.model_dump_json(), base_dir=str(job_dir),
-                     job_dir=str(job_dir), output_dir=str(job_dir / "output"), options_json="{}")
+                     job_dir=str(job_dir), output_dir=str(job_dir / "output"))
     finished = now if state not in ("Running", "Pending", "Restarting") else None
     store.update_job(job_id, state=state, started_at=now - age, finished_at=finished, heartbeat_at=now,
                      supervisor_pid=pid, restarts=attempts - 1, created_at=now - age)
@@ -125,7 +125,7 @@ def test_dead_supervisor_is_lost_with_an_event(store):
     dead.wait()
     job_id = record_job(store, state="Running", pid=dead.pid)
     job = refresh_liveness(store, job_id)
-    assert job["state"] == "Lost" and "is gone" in job["message"]
+    assert job.state == "Lost" and "is gone" in job.message
     assert {r["state"] for r in store.replicas(job_id)} == {"Lost"}
     assert [e["reason"] for e in store.events(job_id)].count("Lost") == 1
     refresh_liveness(store, job_id)  # idempotent
@@ -134,10 +134,10 @@ def test_dead_supervisor_is_lost_with_an_event(store):
 
 def test_live_supervisor_stays_running_and_reused_pid_does_not(store):
     job_id = record_job(store, state="Running", pid=os.getpid())
-    assert refresh_liveness(store, job_id)["state"] == "Running"
+    assert refresh_liveness(store, job_id).state == "Running"
     # our pid, but "our" process was created long after the job's last heartbeat: a reused pid
     store.update_job(job_id, heartbeat_at=1000.0, started_at=999.0)
-    assert refresh_liveness(store, job_id)["state"] == "Lost"
+    assert refresh_liveness(store, job_id).state == "Lost"
 
 
 # -- logs -------------------------------------------------------------------------------------
@@ -166,7 +166,7 @@ def test_tail_and_carriage_returns(tmp_path):
 
 def test_follow_moves_across_attempts_and_ends_with_the_job(store):
     job_id = record_job(store, state="Running", pid=os.getpid())
-    job_dir = Path(store.get_job(job_id)["job_dir"])
+    job_dir = Path(store.get_job(job_id).job_dir)
     calls = {"n": 0}
 
     def refresh(st, jid):  # the job restarts, writes, then ends, as the reads go by
@@ -212,10 +212,10 @@ def test_cancel_without_a_supervisor_marks_cancelled(store, cli):
     dead.wait()
     job_id = record_job(store, state="Running", pid=dead.pid)
     job = cancel_job(store, job_id)
-    assert job["state"] == "Cancelled" and "supervisor was gone" in job["message"]
+    assert job.state == "Cancelled" and "supervisor was gone" in job.message
     assert {r["state"] for r in store.replicas(job_id)} == {"Stopped"}
     again = json.loads(cli("cancel", job_id, "--json").stdout)
-    assert again == [{"id": job_id, "state": "Cancelled", "was": "Cancelled", "message": job["message"]}]
+    assert again == [{"id": job_id, "state": "Cancelled", "was": "Cancelled", "message": job.message}]
 
 
 def test_delete_refuses_a_running_job_and_keeps_outside_output(store, tmp_path):
@@ -229,7 +229,7 @@ def test_delete_refuses_a_running_job_and_keeps_outside_output(store, tmp_path):
     result = delete_job(store, done)
     assert result["removed"] == [str(store.home / "jobs" / done)] and result["kept"] == [str(outside)]
     assert outside.exists() and not (store.home / "jobs" / done).exists()
-    assert [j["id"] for j in store.list_jobs()] == [job_id]
+    assert [j.id for j in store.list_jobs()] == [job_id]
 
 
 def test_gc_deletes_only_old_ended_jobs(store, cli):
@@ -241,6 +241,6 @@ def test_gc_deletes_only_old_ended_jobs(store, cli):
     dry = json.loads(cli("gc", "--older-than", "7d", "--dry-run", "--json").stdout)
     assert [r["id"] for r in dry] == [old] and (store.home / "jobs" / old).exists()
     assert [r["id"] for r in gc_jobs(store, 7 * 86400)] == [old]
-    assert sorted(j["id"] for j in store.list_jobs()) == sorted([recent, running])
+    assert sorted(j.id for j in store.list_jobs()) == sorted([recent, running])
     bad = cli("gc", "--older-than", "soon")
     assert isinstance(bad.exception, UserError)

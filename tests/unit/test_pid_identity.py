@@ -11,9 +11,10 @@ import time
 import pytest
 
 from multiworker import procs
-from multiworker.backends.base import JobState
-from multiworker.backends.local import LocalGroup, backend as local_backend, watchdog
+from multiworker.backends.local import LocalGroup, watchdog
+from multiworker.backends.local import backend as local_backend
 from multiworker.cluster import ReplicaId
+from multiworker.job import JobState
 
 W0 = ReplicaId("worker", 0)
 
@@ -83,12 +84,12 @@ def test_stray_cleanup_spares_a_reused_pid(victim, monkeypatch, mw_home):
 
 
 def test_lost_cleanup_spares_a_reused_pid(victim, monkeypatch, tmp_path):
-    from multiworker.store import Store
+    from multiworker.job import Store
 
     store = Store()
-    store.create_job(job_id="abcd1234", name="x", spec_json="{}", backend="local", job_dir=str(tmp_path),
-                     state="Running", supervisor_pid=999999999)
+    store.create_job(job_id="abcd1234", name="x", spec_json="{}", backend="local", job_dir=str(tmp_path))
+    store.update_job("abcd1234", state="Running", supervisor_pid=999999999)
     monkeypatch.setattr(procs, "job_processes", lambda job_id: {victim.pid: procs.start_ticks(victim.pid) - 1})
     job = local_backend.LocalBackend().reconcile(store, store.get_job("abcd1234"))
-    assert job["state"] == JobState.LOST and "killed" not in job["message"]
+    assert job.state == JobState.LOST and "killed" not in job.message
     assert _alive(victim)

@@ -9,8 +9,8 @@ import subprocess
 import sys
 
 from multiworker.backends.local import LocalGroup
-from multiworker.ports import PortReservations
 from multiworker.cluster import ReplicaId
+from multiworker.ports import PortReservations
 
 # Each process reserves 40 times 3 ports and keeps them all, as 40 running jobs would.
 _RESERVER = """

@@ -7,15 +7,14 @@ import stat
 import sys
 import time
 
+from conftest import PROGRAMS
+
 from multiworker import procs
-from multiworker.backends.base import JobState, LogLayout
 from multiworker.backends.daemon import start_detached
+from multiworker.job import JobState, LogLayout, Store
 from multiworker.jobs import create_job
 from multiworker.private_files import open_private, write_private_text
 from multiworker.spec.load import load_spec
-from multiworker.store import Store
-
-from conftest import PROGRAMS
 
 
 def _mode(path) -> int:
@@ -49,9 +48,9 @@ def test_job_files_are_private(tmp_path):
         start_detached(store, job_id)
         assert _mode(layout.supervisor_log) == 0o600
         deadline = time.monotonic() + 60
-        while not JobState(store.get_job(job_id)["state"]).is_terminal and time.monotonic() < deadline:
+        while not JobState(store.get_job(job_id).state).is_terminal and time.monotonic() < deadline:
             time.sleep(0.1)
-        assert store.get_job(job_id)["state"] == JobState.SUCCEEDED
+        assert store.get_job(job_id).state == JobState.SUCCEEDED
         assert _mode(layout.replica_log(0, "worker-0")) == 0o600
         child = procs.spawn([sys.executable, "-c", "print(1)"], cwd=tmp_path, env={}, log_path=tmp_path / "r.log")
         child.wait()

@@ -11,7 +11,13 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from multiworker.serve import BadRequest, BatchOptions, SignatureInfo, TensorInfo, Unavailable, create_app
+from multiworker.serve import (
+    BadRequest,
+    BatchOptions,
+    SignatureInfo,
+    TensorInfo,
+    create_app,
+)
 from multiworker.serve.batching import Batcher
 
 

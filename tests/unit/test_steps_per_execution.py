@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 
 import pytest
-
 from test_trainer_callbacks import job, make_data, make_model  # noqa: F401  (fixture)
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
@@ -64,7 +63,11 @@ def test_own_batch_hooks_are_told_apart():
 def test_configure_stands_aside(job):  # noqa: F811
     import tf_keras as keras
 
-    from multiworker.trainer._execution import MAX_STEPS, AutoStepsPerExecution, configure
+    from multiworker.trainer._execution import (
+        MAX_STEPS,
+        AutoStepsPerExecution,
+        configure,
+    )
 
     data = make_data()
     model = make_model()

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
-from multiworker.backends.base import JobState
 from multiworker.errors import JobNotFound, UserError
-from multiworker.store import MIGRATIONS, SCHEMA_VERSION, Store
+from multiworker.job import JobState, ReplicaState, RunOptions
+from multiworker.job.store import MIGRATIONS, SCHEMA_VERSION, Store
 
 SPEC = json.dumps({"name": "old", "pools": {"worker": {"replicas": 2}}})
 
@@ -34,7 +34,7 @@ def test_v1_store_opens_and_migrates(tmp_path):
     store = Store(tmp_path)
     assert store.schema_version == SCHEMA_VERSION == len(MIGRATIONS)
     job = store.get_job(store.resolve("abcd"))
-    assert job["name"] == "old" and job["heartbeat_at"] is None
+    assert job.name == "old" and job.heartbeat_at is None
     assert [e["reason"] for e in store.events("abcd1234")] == ["Created"]
     # the tables later versions added work on the migrated store
     store.add_metric("abcd1234", 0, "worker-0", {"kind": "epoch", "epoch": 1, "loss": 0.5})
@@ -56,13 +56,27 @@ def test_every_older_version_migrates(tmp_path, start):
     old.close()
     store = Store(tmp_path)
     assert store.schema_version == SCHEMA_VERSION
-    # v4 (the backend seam): the old job reads as a local one with no handle; replicas gain host and node
+    # the old row reads as a typed record: a local job with no handle, no run options, its spec decoded
     job = store.get_job("abcd1234")
-    assert (job["backend"], job["handle_json"]) == ("local", None)
-    store.update_job("abcd1234", handle_json='{"k": 1}')
-    store.upsert_replica("abcd1234", "worker", 0, state="Failed", host="10.0.0.2", node="n2")
+    assert (job.backend, job.handle, job.state, job.run) == ("local", {}, JobState.FAILED, RunOptions())
+    assert job.spec.replica_counts() == {"worker": 2} and job.backend_options == {}
+    # v4 (the backend seam): a handle, and replicas gain host and node
+    store.set_handle("abcd1234", {"k": 1})
+    store.upsert_replica("abcd1234", "worker", 0, state=ReplicaState.FAILED, host="10.0.0.2", node="n2")
     (rep,) = store.replicas("abcd1234")
-    assert (rep["host"], rep["node"], store.get_job("abcd1234")["handle_json"]) == ("10.0.0.2", "n2", '{"k": 1}')
+    assert (rep["host"], rep["node"], store.get_job("abcd1234").handle) == ("10.0.0.2", "n2", {"k": 1})
+
+
+def test_update_job_refuses_a_column_it_does_not_own(tmp_path):
+    """A typo in a column name is a bug: update_job takes only the settable columns."""
+    store = Store(tmp_path)
+    store.create_job(job_id="abcd1234", name="j", spec_json=SPEC)
+    with pytest.raises(ValueError, match="stat"):
+        store.update_job("abcd1234", stat="Running")
+    with pytest.raises(ValueError, match="spec_json"):
+        store.update_job("abcd1234", spec_json="{}")
+    store.update_job("abcd1234", state=JobState.RUNNING, restarts=2)
+    assert (store.get_job("abcd1234").state, store.get_job("abcd1234").restarts) == (JobState.RUNNING, 2)
 
 
 def test_end_job_records_once(tmp_path):
@@ -73,7 +87,7 @@ def test_end_job_records_once(tmp_path):
     assert store.end_job("cccc0001", JobState.LOST, "driver gone", replica_state="Lost")
     assert not store.end_job("cccc0001", JobState.CANCELLED, "too late", replica_state="Stopped")
     job = store.get_job("cccc0001")
-    assert (job["state"], job["message"], store.replicas("cccc0001")[0]["state"]) == ("Lost", "driver gone", "Lost")
+    assert (job.state, job.message, store.replicas("cccc0001")[0]["state"]) == ("Lost", "driver gone", "Lost")
     assert [(e["type"], e["reason"]) for e in store.events("cccc0001")][-1] == ("Warning", "Lost")
 
 
@@ -95,7 +109,7 @@ def test_progress_rate_within_and_across_epochs(tmp_path, monkeypatch):
     store = Store(tmp_path)
     _job(store, "aaaa0001", "Running")
     clock = iter([100.0, 102.0, 104.0, 106.0])
-    monkeypatch.setattr("multiworker.store.time.time", lambda: next(clock))
+    monkeypatch.setattr("multiworker.job.store.time.time", lambda: next(clock))
     store.set_progress("aaaa0001", 0, {"w": {"epoch": 1, "epochs": 3, "step": 10, "steps": 50}})
     store.set_progress("aaaa0001", 0, {"w": {"epoch": 1, "epochs": 3, "step": 30, "steps": 50}})
     assert store.progress("aaaa0001")["w"]["steps_per_sec"] == pytest.approx(10.0)
@@ -114,7 +128,7 @@ def test_queries_for_list_and_gc(tmp_path):
     store.update_job("bbbb0003", finished_at=time.time())
     for idx, state in enumerate(("Running", "Running", "Failed")):
         store.upsert_replica("bbbb0002", "worker", idx, state=state)
-    assert [j["id"] for j in store.finished_before(time.time() - 60)] == ["bbbb0001"]
+    assert [j.id for j in store.finished_before(time.time() - 60)] == ["bbbb0001"]
     assert store.replica_summary()["bbbb0002"] == {"Running": 2, "Failed": 1}
     store.add_samples("bbbb0002", [("worker-0", 10.0, 100), ("worker-1", 20.0, 200)])
     store.add_samples("bbbb0002", [("worker-0", 30.0, 300)])

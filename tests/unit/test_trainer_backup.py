@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from test_trainer_callbacks import job, make_data, make_model, metric_lines  # noqa: F401  (fixture)
 
 from multiworker.trainer._backup_policy import (
     AUTO_SECONDS,
@@ -13,7 +14,6 @@ from multiworker.trainer._backup_policy import (
     parse_backup_every,
     steps_between_backups,
 )
-from test_trainer_callbacks import job, make_data, make_model, metric_lines  # noqa: F401  (fixture)
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 

@@ -17,11 +17,12 @@ with warnings.catch_warnings():  # starlette asks for httpx2 here; httpx is what
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient  # noqa: E402
 
-from multiworker.store import Store  # noqa: E402
+from test_monitor_views import record_job  # noqa: E402
+
+from multiworker.job import Store  # noqa: E402
 from multiworker.ui.app import create_app  # noqa: E402
 from multiworker.ui.logstream import LogStream, parse_resume  # noqa: E402
 from multiworker.ui.views import downsample, failure_summary, pick_headline  # noqa: E402
-from test_monitor_views import record_job  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:Using `httpx` with `starlette.testclient`")
 
@@ -149,7 +150,7 @@ def test_api_series_matches_the_store(client, store):
 
 def test_series_of_20000_samples_is_cut_for_the_browser_and_keeps_the_peak(client, store):
     record_job(store, "feed0001")
-    t0 = store.get_job("feed0001")["started_at"]
+    t0 = store.get_job("feed0001").started_at
     rows = [("feed0001", t0 + i * 0.5, name, 10.0 + (i % 7), 100 << 20) for i in range(10_000)
             for name in ("worker-0", "worker-1")]
     rows[12_345] = ("feed0001", rows[12_345][1], rows[12_345][2], 999.0, 100 << 20)  # one spike

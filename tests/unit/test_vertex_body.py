@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from multiworker.backends.vertex.body import console_url, executor_image, plan_job, task_replicas
+from multiworker.backends.vertex.body import (
+    console_url,
+    executor_image,
+    plan_job,
+    task_replicas,
+)
 from multiworker.errors import SpecError, UserError
 from multiworker.spec.load import spec_from_dict
 

@@ -1,105 +1,65 @@
-"""The seam every backend plugs into: the job-state vocabulary, the log layout, the ``Backend``
-protocol with its registry, and the ``ReplicaGroup`` a supervised backend (local, ray) places and
-runs its replicas through.
+"""The seam every backend plugs into: the ``Backend`` template with its options model and registry,
+and the ``ReplicaGroup`` a supervised backend (local, ray) places and runs its replicas through.
 
 Two kinds of backend:
 
-* **supervised here** (``local``, ``ray``): multiworker's own group controller runs the restart
-  loop (attempts, ``policy.decide``, deadline, fault injection, metric lines) over a
-  :class:`ReplicaGroup` that places replicas, learns their addresses and runs them;
+* **supervised here** (``local``, ``ray``): multiworker's group controller runs the restart loop
+  (attempts, ``policy.decide``, deadline, fault injection) over a :class:`ReplicaGroup` that places
+  replicas, learns their addresses and runs them;
 * **platform-managed** (``kubernetes``, ``vertex``): the platform restarts; the backend submits the
-  object, then mirrors its state, per-replica states, events and logs into the store.
+  object, then mirrors its state, per-replica states, events and logs.
 
-Either way ``Backend.run`` drives one job from this process (the foreground launcher, or the
-detached daemon ``python -m multiworker.backends.daemon JOB_ID``) and returns its final state; every
-reader (``status``, ``watch``, ``logs``...) reads only the store and the log layout.
+Either way ``Backend.run`` (a template) loads the job's record, opens its :class:`~multiworker.job.Journal`
+with the stop signals installed, and calls the backend's ``drive``; every write goes through the journal,
+so metric lines, events and the final state are recorded the same way for every backend. Readers
+(``status``, ``watch``, ``logs``...) read only the store and the log layout.
+
+Backends are found by name: the built-in ones below, and any installed package's entry point in the
+``multiworker.backends`` group (``name = "package.module:Class"``).
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
-import enum
 import importlib
+from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from multiworker.errors import UserError
+import pydantic
+
+from multiworker.errors import MultiworkerError, UserError
+from multiworker.job import JobRecord, JobState, Journal, Store
 
 if TYPE_CHECKING:  # pragma: no cover
     from multiworker.cluster import ReplicaId
     from multiworker.spec.load import LoadedSpec
-    from multiworker.store import Store
 
 __all__ = [
-    "JobState",
-    "LogLayout",
     "Backend",
+    "BackendOptions",
     "ReplicaGroup",
     "Placement",
     "BACKENDS",
+    "ENTRY_POINT_GROUP",
     "get_backend",
     "backend_names",
 ]
 
 
-class JobState(str, enum.Enum):
-    """A job's state, in Kubernetes' spelling. ``str`` values are what the store holds."""
+class BackendOptions(pydantic.BaseModel):
+    """A backend's own options. Each field is a ``run`` / ``tune`` flag (``ray_address`` is
+    ``--ray-address``) and a ``--backend-opt KEY=VALUE`` key; its description is the flag's help."""
 
-    PENDING = "Pending"
-    RUNNING = "Running"
-    RESTARTING = "Restarting"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    CANCELLED = "Cancelled"
-    LOST = "Lost"
-
-    @property
-    def is_terminal(self) -> bool:
-        return self in _TERMINAL
-
-    @property
-    def exit_code(self) -> int:
-        """The launcher's exit code for a job that ended in this state."""
-        return {JobState.SUCCEEDED: 0, JobState.CANCELLED: 130}.get(self, 1)
-
-    def __str__(self) -> str:
-        return self.value
-
-
-_TERMINAL = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.LOST})
-
-
-@dataclasses.dataclass(frozen=True)
-class LogLayout:
-    """Where a job's files live: ``<job_dir>/attempt_<n>/<role>-<index>.log`` and friends.
-
-    The one definition of the layout: writers (every backend) and readers (``logs``, ``status``,
-    the dashboard) both ask it.
-    """
-
-    job_dir: Path
-
-    def attempt_dir(self, attempt: int) -> Path:
-        return self.job_dir / f"attempt_{attempt}"
-
-    def replica_log(self, attempt: int, replica: str) -> Path:
-        return self.attempt_dir(attempt) / f"{replica}.log"
-
-    @property
-    def supervisor_log(self) -> Path:
-        return self.job_dir / "supervisor.log"
-
-    @property
-    def spec_file(self) -> Path:
-        return self.job_dir / "spec.json"
+    model_config = pydantic.ConfigDict(extra="forbid", frozen=True)
 
 
 class Backend(abc.ABC):
     """Runs a recorded job somewhere. One instance per process; stateless between calls.
 
     Per-job state a backend needs later (a Kubernetes namespace and object name, a Vertex resource
-    name, a Ray address) goes into the job's ``handle_json`` column as JSON via ``Store.update_job``.
+    name, a Ray address) is its *handle*: ``journal.set_handle(dict)``, read back as ``record.handle``.
     """
 
     name: ClassVar[str]
@@ -108,25 +68,60 @@ class Backend(abc.ABC):
     #: True when multiworker's group controller restarts replicas (local, ray); False when the
     #: platform does (kubernetes, vertex)
     supervised_here: ClassVar[bool] = True
+    #: the backend's options; ``run`` and ``tune`` build their flags from it
+    Options: ClassVar[type[BackendOptions]] = BackendOptions
 
-    def check(self, loaded: "LoadedSpec", options: dict[str, Any]) -> list[str]:
+    def options(self, raw: dict[str, Any]) -> BackendOptions:
+        """The options as given (``run`` flags, ``--backend-opt``, a recorded job's), validated; a
+        one-line error naming the flag and the fix."""
+        try:
+            return self.Options.model_validate(raw)
+        except pydantic.ValidationError as exc:
+            err = exc.errors()[0]
+            key = str(err["loc"][0]) if err["loc"] else "?"
+            flag = "--" + key.replace("_", "-")
+            if err["type"] == "extra_forbidden":
+                known = ", ".join("--" + f.replace("_", "-") for f in self.Options.model_fields) or "none"
+                raise UserError(f"{flag}: not an option of the {self.name} backend (its options: {known})") from None
+            raise UserError(f"{flag}: {err['msg']} (got {err.get('input')!r})") from None
+
+    def check(self, loaded: "LoadedSpec", options: BackendOptions) -> list[str]:
         """Refuse (``UserError`` naming the field and the fix) a spec this backend cannot run,
         before anything is created anywhere; return notes to print."""
         return []
 
-    @abc.abstractmethod
-    def run(self, store: "Store", job_id: str, observer: Any = None) -> JobState:
-        """Drive the job to its end from this process; record everything in the store; return the
-        final state. Ctrl-C / SIGTERM in this process stop the job (exit 130 upstream)."""
+    def run(self, store: Store, job_id: str, observer: Any = None) -> JobState:
+        """Drive the job to its end from this process; record everything through its journal; return
+        the final state. Ctrl-C / SIGTERM / SIGHUP in this process stop the job (exit 130 upstream)."""
+        record = store.get_job(job_id)
+        if record.state is not JobState.PENDING:  # e.g. cancelled before its driver started
+            return record.state
+        journal = Journal(store, record, observer)
+        with journal.stop_signals():
+            journal.claim()
+            try:
+                return self.drive(record, self.options(record.backend_options), journal)
+            except BaseException as exc:  # never leave a live record behind, unless a platform runs the job
+                message = str(exc) if isinstance(exc, MultiworkerError) else f"supervisor error: {exc!r}"
+                if journal.platform_owned:
+                    journal.event("DriverError", f"stopped following the job: {message}", warning=True)
+                else:
+                    journal.finish(JobState.FAILED, message, reason="Failed")
+                raise
 
     @abc.abstractmethod
-    def cancel(self, store: "Store", job: dict, *, timeout: float | None = None) -> dict:
+    def drive(self, record: JobRecord, options: Any, journal: Journal) -> JobState:
+        """The backend's own step: run the recorded job, recording through ``journal``; return
+        ``journal.finish(...)``'s state. ``journal.stop_signal`` turns non-None when asked to stop."""
+
+    @abc.abstractmethod
+    def cancel(self, store: Store, job: JobRecord, *, timeout: float | None = None) -> JobRecord:
         """Stop a running job (from another process) and return its record, Cancelled.
 
         ``timeout``: seconds to wait for the job's driver to stop it (None: the backend's default,
         e.g. the job's grace period plus a margin)."""
 
-    def reconcile(self, store: "Store", job: dict) -> dict:
+    def reconcile(self, store: Store, job: JobRecord) -> JobRecord:
         """Make a non-terminal record truthful (a dead driver -> Lost, with an event); return it."""
         return job
 
@@ -198,22 +193,32 @@ BACKENDS: dict[str, str] = {
     "kubernetes": "multiworker.backends.kubernetes:KubernetesBackend",
     "vertex": "multiworker.backends.vertex:VertexBackend",
 }
+ENTRY_POINT_GROUP = "multiworker.backends"
+
+
+def _registry() -> dict[str, str]:
+    """The built-in backends, then those installed packages declare as entry points."""
+    found = dict(BACKENDS)
+    for ep in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        found.setdefault(ep.name, ep.value)
+    return found
 
 
 def backend_names() -> list[str]:
-    return list(BACKENDS)
+    return list(_registry())
 
 
 def get_backend(name: str) -> Backend:
     """The backend called ``name``; a one-line error for an unknown one or a missing extra."""
-    target = BACKENDS.get(name)
+    registry = _registry()
+    target = registry.get(name)
     if target is None:
-        raise UserError(f"--backend {name!r}: unknown backend; choose one of {', '.join(BACKENDS)}")
+        raise UserError(f"--backend {name!r}: unknown backend; choose one of {', '.join(registry)}")
     module_name, _, cls_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and not exc.name.startswith("multiworker"):
+        if exc.name and not exc.name.startswith("multiworker") and not module_name.startswith(exc.name):
             raise UserError(f"--backend {name}: needs the {exc.name!r} package; "
                             f"pip install 'multiworker[{name}]'") from exc
         raise

@@ -1,7 +1,8 @@
 """The group controller: one job's restart loop over any :class:`ReplicaGroup` (local processes,
-Ray actors...). Attempts, whole-group restarts through ``policy.decide`` after a growing back-off,
-the active deadline, fault injection, metric lines, resource samples, the heartbeat, and a stop on
-SIGINT / SIGTERM / SIGHUP; everything it learns goes to the store.
+Ray actors...). Attempts, whole-group restarts through ``policy.decide`` after a growing back-off (a
+group that cannot place or start an attempt, :class:`~multiworker.errors.StartFailed`, counts as a
+failed attempt), the active deadline, fault injection, resource samples; everything it learns goes
+through the job's journal (metric lines, events, the heartbeat, the stop signals, the end).
 
 It runs in the launcher's process (foreground) or in the detached daemon; all it knows comes from
 the job record, so any process can drive a recorded job.
@@ -10,40 +11,35 @@ the job record, so any process can drive a recorded job.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import os
 import signal
 import sys
 import time
 from pathlib import Path
 
-from multiworker.backends.base import JobState, LogLayout, Placement, ReplicaGroup
+from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.failures import ReplicaFailure, summarize
-from multiworker.backends.guarded_store import GuardedStore
-from multiworker.backends.ingest import LogIngest
-from multiworker.backends.observer import NullObserver, Observer
-from multiworker.cluster import ReplicaId, primary_replica, replica_env, replica_ids
+from multiworker.cluster import ReplicaId, replica_env, replica_ids
+from multiworker.errors import StartFailed
 from multiworker.faults import Injector, parse_injection
+from multiworker.job import JobRecord, JobState, Journal, ReplicaState
 from multiworker.policy import (
     Decision,
     all_exited,
     backoff_delay,
     decide,
+    decide_start_failure,
     exit_description,
     exit_order,
     normalize_exit_code,
     shutdown_plan,
 )
-from multiworker.spec.model import JobSpec
-from multiworker.store import Store
 
 __all__ = ["GroupController"]
 
 log = logging.getLogger(__name__)
 
 _SAMPLE_EVERY = 1.0
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @dataclasses.dataclass
@@ -63,45 +59,39 @@ class _Replica:
 
 
 class GroupController:
-    """Runs one recorded job to its end over ``group``. ``run()`` returns the final state."""
+    """Runs one recorded job to its end over ``group``, recording through ``journal``. ``run()``
+    returns the final state."""
 
-    def __init__(self, store: Store, job_id: str, group: ReplicaGroup, observer: Observer | None = None, *,
-                 poll_interval: float = 0.1):
-        self.store = store
-        self.job_id = job_id
+    def __init__(self, record: JobRecord, group: ReplicaGroup, journal: Journal, *, poll_interval: float = 0.1):
+        self.job_id = record.id
         self.group = group
-        self.obs = observer or NullObserver()
+        self.journal = journal
         self.poll_interval = poll_interval
-        job = store.get_job(job_id)
-        self.spec = JobSpec.model_validate_json(job["spec_json"])
-        self.base_dir = Path(job["base_dir"] or ".")
-        self.layout = LogLayout(Path(job["job_dir"]))
-        self.output_dir = Path(job["output_dir"])
-        options = json.loads(job["options_json"] or "{}")
-        self.trainer_args: list[str] = options.get("trainer_args", [])
-        self.injector = Injector([parse_injection(t) for t in options.get("inject_failures", [])])
-        self.store = GuardedStore(store, self.obs)  # a full disk must not end supervision
-        self.ingest = LogIngest(self.store, job_id, self.obs, primary=primary_replica(self.spec).name,
-                                on_metric=self.injector.observe)
+        self.spec = record.spec
+        self.base_dir = record.base_dir
+        self.layout = record.layout
+        self.output_dir = Path(record.output_dir)
+        self.trainer_args: list[str] = list(record.run.trainer_args)
+        self.injector = Injector([parse_injection(t) for t in record.run.inject_failures])
+        journal.ingest.on_metric = self.injector.observe
+        journal.on_repeated_stop = self._kill_now
         self.replicas: dict[ReplicaId, _Replica] = {}
         self.restarts = 0
         self.attempt = 0
         self._group_open = False
-        self._stop_signal: int | None = None
         self._killed_now = False  # a second stop signal SIGKILLed the replicas
         self._started = 0.0
         self._first_attempt_started = 0.0
         self._last_sample = 0.0
 
+    @property
+    def _stop_signal(self) -> int | None:
+        return self.journal.stop_signal
+
     # -- public ------------------------------------------------------------------------
     def run(self) -> JobState:
-        state = JobState(self.store.get_job(self.job_id)["state"])
-        if state is not JobState.PENDING:  # e.g. cancelled before its driver started
-            return state
-        previous = self._install_signal_handlers()
         self._started = time.time()
-        self.store.update_job(self.job_id, state=JobState.RUNNING.value, started_at=self._started,
-                              supervisor_pid=os.getpid(), heartbeat_at=self._started)
+        self.journal.set_state(JobState.RUNNING, started_at=self._started, heartbeat_at=self._started)
         self.output_dir.mkdir(parents=True, exist_ok=True)
         try:
             return self._loop()
@@ -110,36 +100,37 @@ class GroupController:
             self._close_group()
             self._finish(JobState.FAILED, f"supervisor error: {exc!r}", reason="Failed")
             raise
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
 
     # -- the restart loop ----------------------------------------------------------------
     def _loop(self) -> JobState:
         while True:
-            self._start_group()
-            outcome, detail = self._watch()
+            try:
+                self._start_group()
+            except StartFailed as exc:
+                outcome, detail = self._start_failed(exc)
+            else:
+                outcome, detail = self._watch()
             self._close_group()
             if outcome == "succeeded":
-                self.store.end_attempt(self.job_id, self.attempt, "Succeeded")
+                self.journal.end_attempt(self.attempt, "Succeeded")
                 return self._finish(JobState.SUCCEEDED, detail or "the job succeeded", reason="Succeeded")
             if outcome == "cancelled":
-                self.store.end_attempt(self.job_id, self.attempt, "Cancelled")
+                self.journal.end_attempt(self.attempt, "Cancelled")
                 return self._finish(JobState.CANCELLED, detail, reason="Cancelled", warning=True)
             if outcome == "deadline":
-                self.store.end_attempt(self.job_id, self.attempt, "DeadlineExceeded")
+                self.journal.end_attempt(self.attempt, "DeadlineExceeded")
                 return self._finish(JobState.FAILED, detail, reason="DeadlineExceeded", warning=True)
             if outcome == "failed":
-                self.store.end_attempt(self.job_id, self.attempt, "Failed")
+                self.journal.end_attempt(self.attempt, "Failed")
                 return self._finish(JobState.FAILED, detail, reason="Failed", warning=True)
             # restart the whole group after a growing back-off
-            self.store.end_attempt(self.job_id, self.attempt, "Restarting")
+            self.journal.end_attempt(self.attempt, "Restarting")
             delay = backoff_delay(self.spec, self.restarts)
             self.restarts += 1
-            self.store.update_job(self.job_id, state=JobState.RESTARTING.value, restarts=self.restarts)
+            self.journal.set_state(JobState.RESTARTING, restarts=self.restarts)
             self._event("Restarting", f"restart {self.restarts}/{self.spec.run_policy.backoff_limit} of the whole group "
                         f"in {delay:g}s: {detail.splitlines()[0]}", warning=True)
-            if self._sleep(delay):
+            if self.journal.sleep(delay):
                 return self._finish(JobState.CANCELLED, self._cancel_message(), reason="Cancelled", warning=True)
             self.attempt += 1
 
@@ -151,13 +142,22 @@ class GroupController:
             cmd = list(program.command or [])
         return cmd + list(program.args or []) + self.trainer_args, self.base_dir / (program.working_dir or ".")
 
+    def _start_failed(self, exc: StartFailed) -> tuple[str, str]:
+        """An attempt that could not place or start its replicas: a failed attempt for the policy."""
+        self.replicas = {rid: rep for rid, rep in self.replicas.items() if rep.pid is not None}
+        self._stop_all()
+        detail = f"could not start attempt {self.attempt}: {exc}"
+        self._event("StartFailed", detail, warning=True)
+        if self._stop_signal is not None:
+            return "cancelled", self._cancel_message()
+        decision = decide_start_failure(self.spec, self.restarts)
+        return ("restart" if decision is Decision.RESTART else "failed"), detail
+
     def _start_group(self) -> None:
         ids = replica_ids(self.spec)
-        self.layout.attempt_dir(self.attempt).mkdir(parents=True, exist_ok=True)
-        self.store.start_attempt(self.job_id, self.attempt)
+        self.journal.start_attempt(self.attempt)
         if self.attempt == 0:
             self._first_attempt_started = time.time()
-        self.ingest.new_attempt(self.attempt)
         self.replicas = {}
         self._group_open = True
         placements = self.group.place(ids, self.attempt)
@@ -169,14 +169,13 @@ class GroupController:
             cmd, cwd = self._command(rid)
             rep = self.replicas[rid] = _Replica(rid, placement, self.layout.replica_log(self.attempt, rid.name))
             rep.pid = self.group.start(rid, cmd, cwd, env, rep.log_path)
-            self.store.upsert_replica(self.job_id, rid.role, rid.index, state="Running", pid=rep.pid,
-                                      port=placement.port, host=placement.host, node=placement.node, exit_code=None,
-                                      attempt=self.attempt, started_at=time.time(), finished_at=None,
-                                      log_path=str(rep.log_path))
+            self.journal.replica(rid, ReplicaState.RUNNING, pid=rep.pid, port=placement.port, host=placement.host,
+                                 node=placement.node, exit_code=None, attempt=self.attempt, started_at=time.time(),
+                                 finished_at=None, log_path=str(rep.log_path))
             where = f"port {placement.port}" if placement.host == "127.0.0.1" else f"on {placement.address}"
             self._event("Started", f"pid {rep.pid}, {where}, attempt {self.attempt}: {' '.join(cmd)}",
                         replica=rid.name)
-        self.store.update_job(self.job_id, state=JobState.RUNNING.value)
+        self.journal.set_state(JobState.RUNNING)
 
     def _close_group(self) -> None:
         if self._group_open:
@@ -248,14 +247,13 @@ class GroupController:
     def _record_exit(self, rep: _Replica) -> None:
         code = rep.exit_code
         if rep.stopped_by_us:
-            state = "Stopped"
+            state = ReplicaState.STOPPED
         else:
-            state = "Succeeded" if code == 0 else "Failed"
-        self.store.upsert_replica(self.job_id, rep.rid.role, rep.rid.index, state=state, exit_code=code,
-                                  finished_at=time.time())
-        message = "stopped by multiworker" if rep.stopped_by_us else exit_description(rep.returncode)
+            state = ReplicaState.SUCCEEDED if code == 0 else ReplicaState.FAILED
+        self.journal.replica(rep.rid, state, exit_code=code, finished_at=time.time())
+        message = "stopped by multiworker" if rep.stopped_by_us else exit_description(rep.returncode or 0)
         self._event("ExitedWithCode", f"{message} (pid {rep.pid})", replica=rep.rid.name,
-                    warning=state == "Failed")
+                    warning=state is ReplicaState.FAILED)
 
     def _stop(self, rids: list[ReplicaId]) -> None:
         """Stop these replicas (grace period, then SIGKILL) and record how each ended."""
@@ -304,12 +302,8 @@ class GroupController:
                         replica=inj.replica.name, warning=True)
         if now - self._last_sample >= _SAMPLE_EVERY:
             self._last_sample = now
-            rows = self.group.samples()
-            if rows:
-                self.store.add_samples(self.job_id, rows)
-                self.obs.on_samples(rows)
-            self.ingest.flush_progress()
-            self.store.update_job(self.job_id, heartbeat_at=now)
+            self.journal.samples(self.group.samples())
+            self.journal.tick()
 
     def _pump_logs(self) -> int:
         """Feed each replica's new output (one chunk each) to the ingest; return the bytes read."""
@@ -317,7 +311,7 @@ class GroupController:
         for rid in self.replicas:
             data = self.group.read_log(rid)
             total += len(data)
-            self.ingest.feed(rid.name, data)
+            self.journal.feed(rid.name, data)
         return total
 
     def _drain_logs(self, limit: float = 10.0) -> None:
@@ -327,37 +321,21 @@ class GroupController:
             pass
 
     def _finish(self, state: JobState, message: str, *, reason: str, warning: bool = False) -> JobState:
-        self.ingest.flush_progress()
         for inj in self.injector.pending:
             self._event("InjectionNotFired", f"{inj}: never fired, the job ended first", replica=inj.replica.name,
                         warning=True)
-        self.store.update_job(self.job_id, state=state.value, finished_at=time.time(), message=message,
-                              restarts=self.restarts, heartbeat_at=time.time())
-        self._event(reason, message, warning=warning)
-        self.obs.on_finish(state.value, message)
-        return state
+        return self.journal.finish(state, message, reason=reason, warning=warning, restarts=self.restarts)
 
     def _event(self, reason: str, message: str, *, replica: str | None = None, warning: bool = False) -> None:
-        self.store.add_event(self.job_id, reason, message, replica=replica, warning=warning)
-        self.obs.on_event(reason, message, replica=replica, warning=warning)
+        self.journal.event(reason, message, replica=replica, warning=warning)
 
     def _cancel_message(self) -> str:
-        name = signal.Signals(self._stop_signal).name if self._stop_signal else "cancel"
-        return f"cancelled by {name}; every replica stopped"
-
-    def _sleep(self, seconds: float) -> bool:
-        """Sleep while keeping the heartbeat; True if a stop was requested meanwhile."""
-        end = time.monotonic() + seconds
-        while time.monotonic() < end:
-            if self._stop_signal is not None:
-                return True
-            self.store.update_job(self.job_id, heartbeat_at=time.time())
-            time.sleep(min(0.2, max(0.0, end - time.monotonic())))
-        return self._stop_signal is not None
+        return f"cancelled by {self.journal.stop_name}; every replica stopped"
 
     def _kill_now(self) -> None:
         """SIGKILL every replica that still runs, at once (called from a signal handler)."""
-        self.obs.on_event("Killing", "second stop signal: SIGKILL to every replica now", replica=None, warning=True)
+        self.journal.obs.on_event("Killing", "second stop signal: SIGKILL to every replica now", replica=None,
+                                  warning=True)
         self._killed_now = True
         for rid, rep in list(self.replicas.items()):
             if rep.returncode is None:
@@ -365,18 +343,3 @@ class GroupController:
                     self.group.signal(rid, signal.SIGKILL)
                 except Exception:  # noqa: BLE001 - best effort inside a signal handler
                     log.debug("SIGKILL to %s failed", rid, exc_info=True)
-
-    def _install_signal_handlers(self) -> dict:
-        """SIGINT, SIGTERM and SIGHUP stop the job; returns the handlers to restore."""
-        def handler(signum, _frame):
-            if self._stop_signal is not None:  # a second Ctrl-C: no more grace for anyone
-                self._kill_now()
-            self._stop_signal = signum
-
-        previous = {}
-        for sig in _STOP_SIGNALS:
-            try:
-                previous[sig] = signal.signal(sig, handler)
-            except ValueError:  # not the main thread
-                pass
-        return previous

@@ -8,11 +8,10 @@ import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
-from multiworker.backends.base import JobState, LogLayout, get_backend
+from multiworker.backends.base import get_backend
+from multiworker.job import JobState, Store
 from multiworker.private_files import open_private
-from multiworker.store import Store
 
 __all__ = ["start_detached", "main"]
 
@@ -23,7 +22,7 @@ def start_detached(store: Store, job_id: str, *, wait_running: float = 10.0) -> 
     """Start the job's driver in its own session, output to ``supervisor.log`` (0600); wait up to
     ``wait_running`` seconds for it to leave Pending; return its pid."""
     job = store.get_job(job_id)
-    log_path = LogLayout(Path(job["job_dir"])).supervisor_log
+    log_path = job.layout.supervisor_log
     env = {**os.environ, "MULTIWORKER_HOME": str(store.home)}
     with open_private(log_path) as out:
         proc = subprocess.Popen(
@@ -37,7 +36,7 @@ def start_detached(store: Store, job_id: str, *, wait_running: float = 10.0) -> 
         )
     store.update_job(job_id, supervisor_pid=proc.pid, heartbeat_at=time.time())
     deadline = time.monotonic() + wait_running
-    while (time.monotonic() < deadline and store.get_job(job_id)["state"] == JobState.PENDING
+    while (time.monotonic() < deadline and store.get_job(job_id).state == JobState.PENDING
            and proc.poll() is None):
         time.sleep(0.05)
     return proc.pid
@@ -47,7 +46,7 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     store = Store()
     job = store.get_job(argv[0])
-    state = get_backend(job["backend"]).run(store, job["id"])
+    state = get_backend(job.backend).run(store, job.id)
     return JobState(state).exit_code
 
 

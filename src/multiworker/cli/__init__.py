@@ -87,7 +87,7 @@ def main() -> None:
         if debug:
             raise
         if "readonly database" in str(exc) or "disk is full" in str(exc):
-            from multiworker.store import home_dir
+            from multiworker.home import home_dir
 
             typer.echo(f"error: MULTIWORKER_HOME {home_dir()}: cannot write the job store ({exc}); make it "
                        "writable or free space there", err=True)

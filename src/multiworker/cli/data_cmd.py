@@ -33,7 +33,12 @@ def tfrecords(
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TimeRemainingColumn,
+    )
     from rich.table import Table
 
     if "://" not in src:

@@ -13,7 +13,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from multiworker.monitor.format import STATE_STYLES, fmt_bytes, fmt_duration, fmt_metrics
+from multiworker.monitor.format import (
+    STATE_STYLES,
+    fmt_bytes,
+    fmt_duration,
+    fmt_metrics,
+)
 
 __all__ = ["register", "render_status", "render_list", "render_describe"]
 
@@ -35,7 +40,7 @@ def _state(state: str) -> str:
 
 
 def _store():
-    from multiworker.store import Store
+    from multiworker.job import Store
 
     return Store()
 
@@ -206,16 +211,16 @@ def cancel(
     as_json: bool = JSON_OPT,
 ) -> None:
     """Stop running jobs cleanly: every replica stopped, state Cancelled. Ended jobs are left as they are."""
-    from multiworker.backends.base import JobState
+    from multiworker.job import JobState
     from multiworker.monitor.lifecycle import cancel_job
 
     store = _store()
     out = []
     for ref in jobs:
         job_id = store.resolve(ref)
-        before = store.get_job(job_id)["state"]
+        before = store.get_job(job_id).state
         job = cancel_job(store, job_id, timeout=timeout)
-        out.append({"id": job_id, "state": job["state"], "was": before, "message": job["message"]})
+        out.append({"id": job_id, "state": job.state, "was": before, "message": job.message})
     if as_json:
         _echo_json(out)
         return

@@ -18,7 +18,7 @@ JSON_OPT = typer.Option(False, "--json", help="Print JSON.")
 
 
 def _store():
-    from multiworker.store import Store
+    from multiworker.job import Store
 
     return Store()
 
@@ -31,7 +31,7 @@ def watch(
 
     Exits when the job ends, with the job's exit code (0 succeeded, 1 failed or lost, 130 cancelled).
     """
-    from multiworker.backends.base import JobState
+    from multiworker.job import JobState
     from multiworker.monitor.watch import watch as run_watch
 
     store = _store()

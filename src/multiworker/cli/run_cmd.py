@@ -102,9 +102,9 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     from multiworker.backends.base import get_backend
     from multiworker.backends.daemon import start_detached
     from multiworker.faults import check_injections, parse_injection
+    from multiworker.job import Store
     from multiworker.jobs import create_job
     from multiworker.monitor.console import ConsoleObserver
-    from multiworker.store import Store
 
     console = Console(highlight=False, soft_wrap=True)
     check_injections(loaded.spec, [parse_injection(t) for t in inject_failures])  # before the store is touched
@@ -114,7 +114,7 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     job_id = create_job(store, loaded, backend=backend, backend_options=options or {},
                         trainer_args=trainer_args, inject_failures=inject_failures)
     job = store.get_job(job_id)
-    for note in json.loads(job["options_json"])["notes"][len(loaded.notes):]:  # the backend's own
+    for note in job.run.notes[len(loaded.notes):]:  # the backend's own
         console.print(f"[yellow]note:[/yellow] {note}")
     counts = ", ".join(f"{role} x{n}" for role, n in loaded.spec.replica_counts().items())
     if detach:
@@ -125,7 +125,7 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
             typer.echo(job_id)
         return 0
     console.print(f"[bold]job {job_id}[/bold] ({loaded.spec.name}): {counts}")
-    console.print(f"  output: {job['output_dir']}\n  logs:   {job['job_dir']}")
+    console.print(f"  output: {job.output_dir}\n  logs:   {job.job_dir}")
     state = get_backend(backend).run(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
     _print_outcome(console, store, job_id, state)
     return state.exit_code
@@ -146,15 +146,15 @@ def _remote_image(images: list[str], backend: str, injections: list[str]) -> Opt
 
 def _print_outcome(console: Console, store, job_id: str, state: str) -> None:
     job = store.get_job(job_id)
-    if state == "Succeeded" and "://" not in (job["output_dir"] or ""):
-        output = Path(job["output_dir"])
+    if state == "Succeeded" and "://" not in (job.output_dir or ""):
+        output = Path(job.output_dir)
         model = output / "model"
         if model.exists():
             console.print(f"  model:   {model}")
         metrics = output / "metrics.json"
         if metrics.exists():
             console.print(f"  metrics: {metrics}")
-    console.print(f"  restarts: {job['restarts']}   status: multiworker status {job_id}")
+    console.print(f"  restarts: {job.restarts}   status: multiworker status {job_id}")
 
 
 def register(app: typer.Typer) -> None:

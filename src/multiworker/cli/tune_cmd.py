@@ -103,13 +103,12 @@ def run(
 ) -> None:
     """Run a hyperparameter study: each trial a whole job with the parameters as --name=value args,
     its metric read from the hypertune file (CLOUD_ML_HP_METRIC_FILE). Exit 0 when a trial succeeded."""
+    from multiworker.backends.base import get_backend
+    from multiworker.job import Store
     from multiworker.spec.formats import load_job
-    from multiworker.store import Store
     from multiworker.tune import search
     from multiworker.tune.config import JobRef, read_config
     from multiworker.tune.runner import TrialSetup, Tuner
-
-    from multiworker.backends.base import get_backend
 
     get_backend(backend)  # an unknown backend or a missing extra: one line, before anything starts
     console = _console()
@@ -196,7 +195,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a study's trials (state, parameters, metric, job) and its best trial; list studies."""
-    from multiworker.store import home_dir
+    from multiworker.home import home_dir
     from multiworker.tune import search
     from multiworker.tune.results import best_row, plot_study, trial_rows
 

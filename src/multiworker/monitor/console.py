@@ -9,7 +9,7 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-from multiworker.backends.observer import Observer
+from multiworker.job.observer import Observer
 from multiworker.monitor.format import format_progress
 
 __all__ = ["ConsoleObserver", "format_progress"]

@@ -7,10 +7,10 @@ import shutil
 import time
 from pathlib import Path
 
-from multiworker.backends.base import JobState, get_backend
+from multiworker.backends.base import get_backend
 from multiworker.errors import UserError
+from multiworker.job import Store
 from multiworker.status import refresh_liveness
-from multiworker.store import Store
 
 __all__ = ["cancel_job", "delete_job", "gc_jobs"]
 
@@ -21,9 +21,9 @@ def cancel_job(store: Store, job_id: str, *, timeout: float | None = None) -> di
     """Stop a running job cleanly through its backend and return its record (state Cancelled, no
     replica left). A job that has already ended is returned unchanged."""
     job = store.get_job(job_id)
-    if JobState(job["state"]).is_terminal:
+    if job.is_terminal:
         return job
-    return get_backend(job["backend"]).cancel(store, job, timeout=timeout)
+    return get_backend(job.backend).cancel(store, job, timeout=timeout)
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -41,36 +41,36 @@ def delete_job(store: Store, job_id: str, *, force: bool = False) -> dict:
     spec placed elsewhere is the user's and is kept.
     """
     job = refresh_liveness(store, job_id)
-    if not JobState(job["state"]).is_terminal:
+    if not job.is_terminal:
         if not force:
-            raise UserError(f"job {job_id} is {job['state']}; cancel it first (`multiworker cancel {job_id}`) "
+            raise UserError(f"job {job_id} is {job.state}; cancel it first (`multiworker cancel {job_id}`) "
                             "or pass --force")
         job = cancel_job(store, job_id)
     removed, kept = [], []
-    job_dir = Path(job["job_dir"]) if job["job_dir"] else None
+    job_dir = Path(job.job_dir) if job.job_dir else None
     if job_dir is not None and job_dir.exists():
         if _inside(job_dir, store.home / "jobs") and job_dir.resolve() != (store.home / "jobs").resolve():
             shutil.rmtree(job_dir)
             removed.append(str(job_dir))
         else:
             kept.append(str(job_dir))
-    output = Path(job["output_dir"]) if job["output_dir"] else None
+    output = Path(job.output_dir) if job.output_dir else None
     if output is not None and output.exists() and (job_dir is None or not _inside(output, job_dir)):
         kept.append(str(output))
     store.delete_job(job_id)
     log.info("deleted job %s (removed %s, kept %s)", job_id, removed, kept)
-    return {"id": job_id, "name": job["name"], "state": job["state"], "removed": removed, "kept": kept}
+    return {"id": job_id, "name": job.name, "state": job.state, "removed": removed, "kept": kept}
 
 
 def gc_jobs(store: Store, older_than: float, *, dry_run: bool = False) -> list[dict]:
     """Delete jobs that ended more than ``older_than`` seconds ago; return what was (or would be) deleted."""
     for job in store.list_jobs():
-        if not JobState(job["state"]).is_terminal:
-            refresh_liveness(store, job["id"])
+        if not job.is_terminal:
+            refresh_liveness(store, job.id)
     out = []
     for job in store.finished_before(time.time() - older_than):
         if dry_run:
-            out.append({"id": job["id"], "name": job["name"], "state": job["state"], "removed": [], "kept": []})
+            out.append({"id": job.id, "name": job.name, "state": job.state, "removed": [], "kept": []})
         else:
-            out.append(delete_job(store, job["id"]))
+            out.append(delete_job(store, job.id))
     return out

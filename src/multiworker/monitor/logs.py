@@ -11,8 +11,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from multiworker.errors import UserError
-from multiworker.backends.base import JobState, LogLayout
-from multiworker.store import Store
+from multiworker.job import Store
 
 __all__ = ["LogLine", "SUPERVISOR", "latest_attempt", "log_files", "read_logs", "follow_logs", "Tailer", "tail_offset"]
 
@@ -42,15 +41,14 @@ def _replica_names(store: Store, job_id: str) -> list[str]:
     if names:
         return names
     from multiworker.cluster import replica_ids
-    from multiworker.spec.model import JobSpec
 
-    return [r.name for r in replica_ids(JobSpec.model_validate_json(store.get_job(job_id)["spec_json"]))]
+    return [r.name for r in replica_ids(store.get_job(job_id).spec)]
 
 
 def log_files(store: Store, job_id: str, *, attempt: int | None = None,
               replica: str | None = None) -> tuple[int, list[tuple[str, Path]]]:
     """The attempt shown and its (replica, log path) pairs; the latest attempt and every replica by default."""
-    layout = LogLayout(Path(store.get_job(job_id)["job_dir"]))
+    layout = store.get_job(job_id).layout
     if replica == SUPERVISOR:
         return latest_attempt(store, job_id), [(SUPERVISOR, layout.supervisor_log)]
     names = _replica_names(store, job_id)
@@ -152,7 +150,7 @@ def follow_logs(store: Store, job_id: str, *, attempt: int | None = None, replic
     while True:
         # Read the state before the logs: once it is terminal, every replica has stopped writing.
         job = refresh(store, job_id)
-        done = JobState(job["state"]).is_terminal or (pinned and _attempt_finished(store, job_id, current))
+        done = job.is_terminal or (pinned and _attempt_finished(store, job_id, current))
         for name, tailer in tailers:
             for text in tailer.read():
                 yield LogLine(name, current, text)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import UserError
-from multiworker.store import Store
+from multiworker.job import Store
 
 __all__ = ["PlotResult", "collect_series", "draw", "plot_job", "FORMATS"]
 
@@ -39,7 +39,7 @@ def collect_series(store: Store, job_id: str) -> dict:
     """The job's curves: per-epoch metrics by replica (a restarted epoch keeps its latest value), and
     CPU % and memory (MiB) per replica against seconds since the job started."""
     job = store.get_job(job_id)
-    t0 = job["started_at"] or job["created_at"]
+    t0 = job.started_at or job.created_at
     per_epoch: dict[str, dict[str, dict[int, float]]] = {}
     for row in store.metrics(job_id, "epoch"):
         if row["epoch"] is None:
@@ -56,9 +56,9 @@ def collect_series(store: Store, job_id: str) -> dict:
         if s["rss_bytes"] is not None:
             memory.setdefault(s["replica"], []).append([t, round(s["rss_bytes"] / _MIB, 3)])
     return {
-        "id": job["id"],
-        "name": job["name"],
-        "state": job["state"],
+        "id": job.id,
+        "name": job.name,
+        "state": job.state,
         "epoch_metrics": {k: {r: sorted([e, v] for e, v in by.items()) for r, by in reps.items()}
                           for k, reps in sorted(per_epoch.items())},
         "cpu_percent": cpu,

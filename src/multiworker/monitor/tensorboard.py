@@ -16,9 +16,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from multiworker import procs
-from multiworker.backends.base import JobState
 from multiworker.errors import UserError
-from multiworker.store import Store
+from multiworker.job import JobRecord, Store
 
 __all__ = ["DEFAULT_PORT", "Launched", "logdir_of", "tensorboard_command", "pick_port", "launch", "serve"]
 
@@ -27,9 +26,9 @@ log = logging.getLogger(__name__)
 DEFAULT_PORT = 6006
 
 
-def logdir_of(job: dict) -> Path:
+def logdir_of(job: JobRecord) -> Path:
     """Where the trainer writes TensorBoard events: ``<output>/logs`` (AIP_TENSORBOARD_LOG_DIR)."""
-    return Path(job["output_dir"]) / "logs"
+    return Path(job.output_dir) / "logs"
 
 
 def tensorboard_command(logdir: Path, host: str, port: int) -> list[str]:
@@ -114,11 +113,11 @@ def launch(store: Store, job_id: str, *, host: str = "127.0.0.1", port: int | No
         raise UserError("TensorBoard is not installed; it ships with TensorFlow: `pip install 'multiworker[tensorflow]'`")
     job = store.get_job(job_id)
     logdir = logdir_of(job)
-    if not logdir.is_dir() and JobState(job["state"]).is_terminal:
+    if not logdir.is_dir() and job.is_terminal:
         raise UserError(f"job {job_id} wrote no TensorBoard logs ({logdir} does not exist); "
                         "the trainer writes them with the TensorBoard callback into AIP_TENSORBOARD_LOG_DIR")
     port = pick_port(host, port)
-    log_path = Path(job["job_dir"]) / "tensorboard.log"
+    log_path = job.job_dir / "tensorboard.log"
     proc = procs.spawn(tensorboard_command(logdir, host, port), cwd=Path.cwd(), env=dict(os.environ),
                        log_path=log_path)
     return Launched(proc, host, port, log_path)

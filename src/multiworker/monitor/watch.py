@@ -12,10 +12,15 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from multiworker.backends.base import JobState
-from multiworker.monitor.format import STATE_STYLES, fmt_bytes, fmt_duration, fmt_metrics, format_progress
+from multiworker.job import JobState, Store
+from multiworker.monitor.format import (
+    STATE_STYLES,
+    fmt_bytes,
+    fmt_duration,
+    fmt_metrics,
+    format_progress,
+)
 from multiworker.status import HEARTBEAT_STALE, job_status
-from multiworker.store import Store
 
 __all__ = ["snapshot", "render", "replica_progress", "watch"]
 

@@ -8,7 +8,14 @@ Starlette, uvicorn and TensorFlow are imported only when used (extra ``serve``).
 from __future__ import annotations
 
 from multiworker.serve.batching import BatchOptions
-from multiworker.serve.signatures import BadRequest, NotFound, ServeError, SignatureInfo, TensorInfo, Unavailable
+from multiworker.serve.signatures import (
+    BadRequest,
+    NotFound,
+    ServeError,
+    SignatureInfo,
+    TensorInfo,
+    Unavailable,
+)
 
 __all__ = [
     "BatchOptions", "ServeError", "BadRequest", "NotFound", "Unavailable", "SignatureInfo", "TensorInfo",

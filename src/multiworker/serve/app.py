@@ -31,7 +31,13 @@ from multiworker.serve import codec, examples
 from multiworker.serve.batching import Batcher, BatchOptions
 from multiworker.serve.metrics import Metrics
 from multiworker.serve.signatures import (
-    DEFAULT_SIGNATURE, BadRequest, NotFound, Servable, ServeError, metadata_doc, status_doc,
+    DEFAULT_SIGNATURE,
+    BadRequest,
+    NotFound,
+    Servable,
+    ServeError,
+    metadata_doc,
+    status_doc,
 )
 
 __all__ = ["create_app"]

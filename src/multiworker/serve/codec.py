@@ -14,7 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from multiworker.serve.signatures import BadRequest, SignatureInfo, TensorInfo, numpy_dtype
+from multiworker.serve.signatures import (
+    BadRequest,
+    SignatureInfo,
+    TensorInfo,
+    numpy_dtype,
+)
 
 __all__ = ["parse_predict", "format_predict", "to_array", "to_json", "leading_rows", "is_b64", "decode_b64"]
 

@@ -12,7 +12,12 @@ from pathlib import Path
 import numpy as np
 
 from multiworker.errors import UserError
-from multiworker.serve.signatures import BadRequest, SignatureInfo, TensorInfo, numpy_dtype
+from multiworker.serve.signatures import (
+    BadRequest,
+    SignatureInfo,
+    TensorInfo,
+    numpy_dtype,
+)
 
 __all__ = ["locate", "find_version", "SavedModelServable", "load"]
 
@@ -44,15 +49,15 @@ def locate(target: str, store=None) -> tuple[Path, str]:
     if os.sep in target or target.startswith("."):
         raise UserError(f"{target}: no such directory; give a SavedModel directory or a job id (`multiworker list`)")
     if store is None:
-        from multiworker.store import Store
+        from multiworker.job import Store
 
         store = Store()
     job = store.get_job(store.resolve(target))
-    model_dir = Path(job["output_dir"] or "") / "model"
+    model_dir = Path(job.output_dir or "") / "model"
     if not model_dir.is_dir():
-        raise UserError(f"job {job['id']} ({job['state']}) has no exported model at {model_dir}; the trainer "
+        raise UserError(f"job {job.id} ({job.state}) has no exported model at {model_dir}; the trainer "
                         "writes it with trainer.save_model() (or model.save) into AIP_MODEL_DIR when training ends")
-    return model_dir, job["name"]
+    return model_dir, job.name
 
 
 def _tensor_info(proto) -> TensorInfo:

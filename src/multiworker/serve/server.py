@@ -73,8 +73,8 @@ def serve(target: str, *, host: str = "127.0.0.1", port: int = 8501, name: str |
     ``on_ready(url, servable)`` runs once the socket listens. Returns 0 after a clean stop.
     """
     try:
-        import uvicorn  # noqa: F401
         import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
     except ImportError as exc:
         raise UserError("serving needs Starlette and uvicorn: `pip install 'multiworker[serve]'`") from exc
     from multiworker.serve.app import create_app

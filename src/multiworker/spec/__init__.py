@@ -1,7 +1,22 @@
 """Job specs: the native model, loading and validation, and cloud formats."""
 
-from multiworker.spec.load import LoadedSpec, apply_overrides, check_programs, load_spec, read_yaml, spec_from_dict
-from multiworker.spec.model import ROLES, JobSpec, PoolSpec, Program, RunPolicy, format_duration, parse_duration
+from multiworker.spec.load import (
+    LoadedSpec,
+    apply_overrides,
+    check_programs,
+    load_spec,
+    read_yaml,
+    spec_from_dict,
+)
+from multiworker.spec.model import (
+    ROLES,
+    JobSpec,
+    PoolSpec,
+    Program,
+    RunPolicy,
+    format_duration,
+    parse_duration,
+)
 
 __all__ = [
     "ROLES",

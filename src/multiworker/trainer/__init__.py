@@ -25,11 +25,21 @@ from multiworker.trainer._callbacks import callbacks
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._evaluator import run_evaluator
 from multiworker.trainer._fit import fit
-from multiworker.trainer._markers import done_marker_path, mark_training_done, training_done
+from multiworker.trainer._markers import (
+    done_marker_path,
+    mark_training_done,
+    training_done,
+)
 from multiworker.trainer._precision import set_precision
 from multiworker.trainer._report import emit
 from multiworker.trainer._saving import save_model, write_metrics_json
-from multiworker.trainer._strategy import cluster_coordinator, fit_kwargs, serve_if_needed, strategy, strategy_kind
+from multiworker.trainer._strategy import (
+    cluster_coordinator,
+    fit_kwargs,
+    serve_if_needed,
+    strategy,
+    strategy_kind,
+)
 from multiworker.trainer._threads import configure_threads
 
 __all__ = [

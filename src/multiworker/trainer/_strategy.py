@@ -18,7 +18,10 @@ from multiworker.trainer._context import Context, context
 from multiworker.trainer._leader import leader_address, wait_for_leader
 from multiworker.trainer._markers import clear_training_done
 from multiworker.trainer._server import serve_forever
-from multiworker.trainer._tf_workarounds import sigterm_stops_again, untuned_per_device_datasets
+from multiworker.trainer._tf_workarounds import (
+    sigterm_stops_again,
+    untuned_per_device_datasets,
+)
 from multiworker.trainer._threads import configure_threads
 
 logger = logging.getLogger(__name__)

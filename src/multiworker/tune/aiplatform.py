@@ -12,7 +12,16 @@ from typing import Any
 from multiworker.errors import SpecError
 from multiworker.spec.formats._common import CamelModel, Str, validate
 from multiworker.tune.model import (
-    ALGORITHMS, DEFAULT_METRIC_TAG, GOALS, SCALES, TYPES, Study, check_study, choose, make_param, plain_number,
+    ALGORITHMS,
+    DEFAULT_METRIC_TAG,
+    GOALS,
+    SCALES,
+    TYPES,
+    Study,
+    check_study,
+    choose,
+    make_param,
+    plain_number,
 )
 
 __all__ = ["read", "write", "has_program"]

@@ -4,19 +4,17 @@ process that the kernel kills if the tuner dies (PR_SET_PDEATHSIG), taking its r
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import logging
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from multiworker import procs
-from multiworker.backends.base import JobState, LogLayout
+from multiworker.job import Store
 from multiworker.spec.load import LoadedSpec
-from multiworker.store import Store
 
 __all__ = ["create_trial_job", "start_job", "stop_job"]
 
@@ -25,12 +23,12 @@ log = logging.getLogger(__name__)
 
 def create_trial_job(store: Store, loaded: LoadedSpec, *, backend: str, trainer_args: list[str],
                      study: str, trial: int) -> str:
-    """Record the trial's job (tagged with its study and trial in options_json); return its id."""
+    """Record the trial's job (tagged with its study and trial in its run options); return its id."""
     from multiworker.jobs import create_job
 
     job_id = create_job(store, loaded, backend=backend, trainer_args=trainer_args)
-    options = json.loads(store.get_job(job_id)["options_json"] or "{}")
-    store.update_job(job_id, options_json=json.dumps({**options, "study": study, "trial": trial}))
+    run = store.get_job(job_id).run
+    store.set_run_options(job_id, dataclasses.replace(run, study=study, trial=trial))
     return job_id
 
 
@@ -38,8 +36,8 @@ def start_job(store: Store, job_id: str) -> subprocess.Popen:
     """Drive the job from a child process (its own session: Ctrl-C reaches the tuner only)."""
     job = store.get_job(job_id)
     env = {**os.environ, "MULTIWORKER_HOME": str(store.home)}
-    proc = procs.spawn([sys.executable, "-m", "multiworker.backends.daemon", job_id], cwd=Path(job["job_dir"]),
-                       env=env, log_path=LogLayout(Path(job["job_dir"])).supervisor_log)
+    proc = procs.spawn([sys.executable, "-m", "multiworker.backends.daemon", job_id], cwd=job.job_dir,
+                       env=env, log_path=job.layout.supervisor_log)
     store.update_job(job_id, supervisor_pid=proc.pid, heartbeat_at=time.time())
     return proc
 
@@ -57,5 +55,5 @@ def stop_job(store: Store, job_id: str, proc: subprocess.Popen, *, grace: float)
             log.warning("job %s: driver %d did not stop in %.0fs; killing it", job_id, proc.pid, grace)
             proc.kill()
             proc.wait()
-    if not JobState(store.get_job(job_id)["state"]).is_terminal:
+    if not store.get_job(job_id).is_terminal:
         cancel_job(store, job_id, timeout=0)

@@ -11,10 +11,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from multiworker.job import Store
 from multiworker.spec.load import LoadedSpec
-from multiworker.backends.base import JobState
 from multiworker.status import refresh_liveness
-from multiworker.store import Store
 from multiworker.tune import hypertune, search
 from multiworker.tune.jobs import create_trial_job, start_job, stop_job
 from multiworker.tune.model import Study
@@ -175,7 +174,7 @@ class Tuner:
         if not done:
             return
         job = refresh_liveness(self.store, run.job_id)  # a driver that died unrecorded: Lost
-        state = job["state"]
+        state = job.state
         measurements, source = self._measurements(run, final=True)
         if self.study.early_stopping:
             self._report(run, measurements)
@@ -183,7 +182,7 @@ class Tuner:
         run.trial.set_user_attr("metric_source", source)
         run.trial.set_user_attr("job_state", state)
         if state != "Succeeded":
-            self._tell(run, "failed", value, f"job {run.job_id} {state}: {job.get('message') or ''}".strip())
+            self._tell(run, "failed", value, f"job {run.job_id} {state}: {job.message or ''}".strip())
         elif value is None:
             self._tell(run, "failed", None, f"no {self.study.metric!r} report in {run.metric_file}: report it with "
                        f"hypertune's report_hyperparameter_tuning_metric(hyperparameter_metric_tag="

@@ -12,7 +12,16 @@ from multiworker.errors import SpecError
 from multiworker.spec.formats._common import CamelModel, Str, validate
 from multiworker.spec.formats.vertex import VertexJobOutput
 from multiworker.tune.model import (
-    ALGORITHMS, DEFAULT_METRIC_TAG, GOALS, MEASUREMENTS, SCALES, Study, check_study, choose, make_param, plain_number,
+    ALGORITHMS,
+    DEFAULT_METRIC_TAG,
+    GOALS,
+    MEASUREMENTS,
+    SCALES,
+    Study,
+    check_study,
+    choose,
+    make_param,
+    plain_number,
 )
 
 __all__ = ["read", "write", "JOB_KEYS"]

@@ -160,8 +160,8 @@ def cancel(request: Request) -> JSONResponse:
     finally:
         store.close()
         views.forget(job_id)
-    log.info("job %s cancelled from the dashboard: %s", job_id, record["state"])
-    return JSONResponse({"id": job_id, "state": record["state"], "message": record["message"]})
+    log.info("job %s cancelled from the dashboard: %s", job_id, record.state)
+    return JSONResponse({"id": job_id, "state": record.state, "message": record.message})
 
 
 def delete(request: Request) -> JSONResponse:

@@ -21,6 +21,7 @@ from starlette.templating import Jinja2Templates
 
 from multiworker import __version__
 from multiworker.errors import JobNotFound, UserError
+from multiworker.job import JobRecord
 from multiworker.ui import api
 from multiworker.ui.files import listing, resolve_inside
 from multiworker.ui.security import Guard, new_token
@@ -51,7 +52,7 @@ def compare_page(request: Request) -> Response:
     return _page(request, "compare.html", title="Compare", ids=request.query_params.get("ids", ""))
 
 
-def _job_or_404(request: Request) -> dict:
+def _job_or_404(request: Request) -> JobRecord:
     job_id = request.path_params["job_id"]
     store = request.app.state.views.store()
     try:
@@ -62,15 +63,15 @@ def _job_or_404(request: Request) -> dict:
 
 def job_page(request: Request) -> Response:
     job = _job_or_404(request)
-    return _page(request, "job.html", title=f"{job['name']} ({job['id']})", job=job)
+    return _page(request, "job.html", title=f"{job.name} ({job.id})", job=job)
 
 
 def files_page(request: Request) -> Response:
     """A listing of (or a file in) the job's output directory."""
     job = _job_or_404(request)
-    if not job["output_dir"] or not Path(job["output_dir"]).is_dir():
-        raise JobNotFound(f"job {job['id']} has no output directory yet ({job['output_dir']})")
-    root = Path(job["output_dir"])
+    if not job.output_dir or not Path(job.output_dir).is_dir():
+        raise JobNotFound(f"job {job.id} has no output directory yet ({job.output_dir})")
+    root = Path(job.output_dir)
     relative = request.path_params.get("path", "")
     target = resolve_inside(root, relative)
     if target.is_file():
@@ -78,7 +79,7 @@ def files_page(request: Request) -> Response:
     if relative and not relative.endswith("/"):
         return RedirectResponse(request.url.path + "/", status_code=307)
     parent = str(Path(relative.rstrip("/")).parent) if relative.strip("/") else None
-    return _page(request, "files.html", title=f"{job['name']}: output", job=job, root=str(root),
+    return _page(request, "files.html", title=f"{job.name}: output", job=job, root=str(root),
                  relative=relative.strip("/"), parent=None if parent is None else ("" if parent == "." else parent),
                  entries=listing(root, target))
 

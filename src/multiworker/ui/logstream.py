@@ -8,11 +8,16 @@ import json
 import logging
 from pathlib import Path
 
-from multiworker.backends.base import JobState
 from multiworker.errors import UserError
-from multiworker.monitor.logs import SUPERVISOR, Tailer, latest_attempt, log_files, tail_offset
+from multiworker.job import Store
+from multiworker.monitor.logs import (
+    SUPERVISOR,
+    Tailer,
+    latest_attempt,
+    log_files,
+    tail_offset,
+)
 from multiworker.status import refresh_liveness
-from multiworker.store import Store
 
 __all__ = ["LogStream", "parse_resume", "sse_message", "MAX_LINE"]
 
@@ -94,7 +99,7 @@ class LogStream:
             events = []
         # The state first: once it is terminal, every replica has stopped writing.
         job = refresh_liveness(store, self.job_id)
-        done = JobState(job["state"]).is_terminal or (self.pinned and self._attempt_finished(store))
+        done = job.is_terminal or (self.pinned and self._attempt_finished(store))
         lines = self._tailer.read()
         newer = latest_attempt(store, self.job_id) if self.follow else self._current
         if newer > self._current or done:
@@ -106,7 +111,7 @@ class LogStream:
             events.append({"event": "attempt", "data": {"attempt": newer, "replica": self.replica, "restart": True}})
             return events, False
         if done:
-            events.append({"event": "end", "data": {"state": job["state"], "attempt": self._current}})
+            events.append({"event": "end", "data": {"state": job.state, "attempt": self._current}})
         return events, done
 
     def _attempt_finished(self, store: Store) -> bool:

@@ -8,8 +8,8 @@ import logging
 from pathlib import Path
 
 from multiworker.errors import UserError
+from multiworker.job import Store
 from multiworker.monitor import tensorboard
-from multiworker.store import Store
 
 __all__ = ["TensorBoards"]
 

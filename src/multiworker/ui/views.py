@@ -14,12 +14,11 @@ from typing import Any
 
 import yaml
 
-from multiworker.backends.base import JobState
 from multiworker.errors import JobNotFound
+from multiworker.job import JobState, Store
 from multiworker.monitor.format import headline_metrics
 from multiworker.monitor.plot import collect_series
 from multiworker.status import describe_job, job_rows, primary_name
-from multiworker.store import Store
 
 __all__ = ["Views", "downsample", "failure_summary", "pick_headline"]
 
@@ -138,7 +137,7 @@ class Views:
             # A finished job's headline never changes: keep it; a running one's is read again.
             row["headline"] = self._cache.get(("headline", row["id"], row["state"]), None if terminal else self.ttl,
                                               lambda: self._headline(store, row["id"]))
-        backends = {j["id"]: j["backend"] for j in store.list_jobs(limit)}
+        backends = {j.id: j.backend for j in store.list_jobs(limit)}
         for row in rows:
             row["backend"] = backends.get(row["id"], "local")
         return rows

@@ -12,7 +12,7 @@ from typing import Any
 
 from multiworker.errors import UserError
 
-__all__ = ["Kind", "KINDS", "Cluster", "connect", "JOBSET_INSTALL"]
+__all__ = ["delete_object", "Kind", "KINDS", "Cluster", "connect", "JOBSET_INSTALL"]
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +145,22 @@ def connect(context: str | None = None) -> Cluster:
                         "inside a cluster; set KUBECONFIG or pass --context after `kubectl config` sets one up")
     configuration.retries = 2
     return Cluster(client.ApiClient(configuration), context=name, server=configuration.host, namespace=namespace)
+
+
+def delete_object(cluster: "Cluster", kind: "Kind", namespace: str, name: str) -> None:
+    """Delete the object (Foreground: its Jobs and pods first) and any pod left with its label."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        cluster.custom.delete_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, name,
+                                                       propagation_policy="Foreground")
+    except ApiException as exc:
+        if exc.status != 404:
+            raise cluster.error(exc, f"delete {kind.kind} {namespace}/{name}", kind=kind, namespace=namespace) from exc
+    except Exception as exc:  # noqa: BLE001 - connection errors
+        raise cluster.error(exc, f"delete {kind.kind} {namespace}/{name}") from exc
+    try:
+        cluster.core.delete_collection_namespaced_pod(namespace, label_selector=f"{kind.owner_label}={name}",
+                                                      grace_period_seconds=0)
+    except Exception as exc:  # noqa: BLE001 - the garbage collector removes them anyway
+        log.info("deleting pods of %s: %s", name, exc)

@@ -7,19 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import signal
 import time
-from pathlib import Path
 from typing import Any
 
-from multiworker.backends.base import JobState, LogLayout
 from multiworker.backends.kubernetes.api import Cluster, Kind
-from multiworker.backends.ingest import LogIngest
 from multiworker.backends.kubernetes.watch import LogFollower, Watcher
-from multiworker.backends.observer import NullObserver
 from multiworker.cluster import ReplicaId
+from multiworker.job import JobState, Journal, ReplicaState
 from multiworker.spec.formats.tfjob import CONTAINER
-from multiworker.store import Store
 
 __all__ = ["Mirror", "object_state", "pod_replica"]
 
@@ -66,17 +61,13 @@ def _container_status(pod: dict) -> dict | None:
 
 
 class Mirror:
-    """Runs in the driving process until the object ends; the only writer of the job's rows."""
+    """Runs in the driving process until the object ends, recording through the job's journal."""
 
-    def __init__(self, store: Store, job_id: str, cluster: Cluster, kind: Kind, handle: dict,
-                 observer: Any = None, *, watch_timeout: int = 30):
-        self.store, self.job_id, self.cluster, self.kind = store, job_id, cluster, kind
+    def __init__(self, journal: Journal, cluster: Cluster, kind: Kind, handle: dict, *, watch_timeout: int = 30):
+        self.journal, self.cluster, self.kind = journal, cluster, kind
         self.namespace, self.name = handle["namespace"], handle["name"]
-        self.obs = observer or NullObserver()
-        job = store.get_job(job_id)
-        primary = "chief-0" if '"chief"' in job["spec_json"] else "worker-0"
-        self.ingest = LogIngest(store, job_id, self.obs, primary=primary)
-        self.layout = LogLayout(Path(job["job_dir"]))
+        job = journal.record
+        self.layout = job.layout
         self.queue: queue.Queue = queue.Queue()
         self.watch_timeout = watch_timeout
         self.pods: dict[str, tuple[ReplicaId, int]] = {}  # pod name -> (replica, attempt)
@@ -84,16 +75,14 @@ class Mirror:
         self.seen_events: set[tuple[str, Any]] = set()
         self.exited: set[tuple[str, int]] = set()
         self.attempt = 0
-        self.restarts = job.get("restarts") or 0
+        self.restarts = job.restarts
         self.final: tuple[JobState, str] | None = None
-        self.stop_signal: int | None = None
         self.watchers: list[Watcher] = []
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> JobState:
-        previous = self._install_signal_handlers()
         self._start_watchers()
-        self.store.start_attempt(self.job_id, 0)
+        self.journal.start_attempt(0)
         try:
             while self.final is None:
                 self._drain(0.5)
@@ -102,8 +91,6 @@ class Mirror:
         finally:
             for w in self.watchers:
                 w.stop()
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         state, message = self.final
         return self._record_final(state, message)
 
@@ -151,16 +138,15 @@ class Mirror:
                 getattr(self, f"_on_{topic}")(obj, deleted=kind == "DELETED")
 
     def _tick(self) -> None:
-        self.store.update_job(self.job_id, heartbeat_at=time.time())
-        self.ingest.flush_progress()
-        if self.stop_signal is not None and self.final is None:
-            from multiworker.backends.kubernetes import delete_object
+        self.journal.tick()
+        if self.journal.stop_signal is not None and self.final is None:
+            from multiworker.backends.kubernetes.api import delete_object
 
             delete_object(self.cluster, self.kind, self.namespace, self.name)
-            name = signal.Signals(self.stop_signal).name
-            self.final = (JobState.CANCELLED, f"cancelled by {name}; the {self.kind.kind} and its pods were deleted")
-        elif JobState(self.store.get_job(self.job_id)["state"]).is_terminal:  # cancelled from elsewhere
-            self.final = (JobState.CANCELLED, self.store.get_job(self.job_id).get("message") or "cancelled")
+            self.final = (JobState.CANCELLED, f"cancelled by {self.journal.stop_name}; the {self.kind.kind} and its "
+                          "pods were deleted")
+        elif (current := self.journal.current()).is_terminal:  # cancelled from elsewhere
+            self.final = (JobState.CANCELLED, current.message or "cancelled")
 
     # -- objects ------------------------------------------------------------------------------
     def _on_object(self, obj: dict, *, deleted: bool) -> None:
@@ -173,7 +159,7 @@ class Mirror:
         if state is not None and state.is_terminal:
             self.final = (state, message)
         elif state is JobState.RESTARTING:
-            self.store.update_job(self.job_id, state=state.value)
+            self.journal.set_state(state)
 
     def _on_pod(self, pod: dict, *, deleted: bool) -> None:
         found = pod_replica(self.kind, pod)
@@ -189,16 +175,16 @@ class Mirror:
         phase = status.get("phase") or "Pending"
         container = _container_status(pod) or {}
         terminated = (container.get("state") or {}).get("terminated")
-        fields: dict[str, Any] = {"state": phase, "attempt": attempt, "node": (pod.get("spec") or {}).get("nodeName"),
+        fields: dict[str, Any] = {"attempt": attempt, "node": (pod.get("spec") or {}).get("nodeName"),
                                   "host": status.get("podIP"),
                                   "log_path": str(self.layout.replica_log(attempt, rid.name)),
                                   "exit_code": terminated.get("exitCode") if terminated else None}
         if terminated:
             self._exited(rid, attempt, terminated)
-        self.store.upsert_replica(self.job_id, rid.role, rid.index, **fields)
-        if phase == "Running" and self.store.get_job(self.job_id)["state"] in ("Pending", "Restarting"):
-            self.store.update_job(self.job_id, state=JobState.RUNNING.value,
-                                  started_at=self.store.get_job(self.job_id)["started_at"] or time.time())
+        self.journal.replica(rid, ReplicaState.of(phase), **fields)
+        current = self.journal.current()
+        if phase == "Running" and current.state in (JobState.PENDING, JobState.RESTARTING):
+            self.journal.set_state(JobState.RUNNING, started_at=current.started_at or time.time())
         running = (container.get("state") or {}).get("running") or terminated
         if running:
             self._follow(name, rid, attempt)
@@ -227,11 +213,11 @@ class Mirror:
         """A new attempt: the platform restarted the group (JobSet) or a container (TFJob)."""
         if n <= self.attempt:
             return
-        self.store.end_attempt(self.job_id, self.attempt, "Restarting")
+        self.journal.end_attempt(self.attempt, "Restarting")
         self.attempt = n
         self.restarts = max(self.restarts, n)
-        self.store.start_attempt(self.job_id, n)
-        self.store.update_job(self.job_id, restarts=self.restarts)
+        self.journal.start_attempt(n)
+        self.journal.set_restarts(self.restarts)
         self._event("Restarting", f"{self.kind.kind} {self.name} restarted; attempt {n}", warning=True)
 
     # -- logs ---------------------------------------------------------------------------------
@@ -247,8 +233,7 @@ class Mirror:
         follower.start()
 
     def _line(self, replica: str, attempt: int, text: str) -> None:
-        self.ingest.attempt = attempt  # TFJob replicas restart one by one: each line carries its own
-        self.ingest.feed(replica, text.encode() + b"\n")
+        self.journal.feed(replica, text.encode() + b"\n", attempt=attempt)  # TFJob replicas restart one by one
 
     def _finish_logs(self, grace: float = 10.0) -> None:
         """Final pod states, then the rest of every log (finished containers' streams end by themselves)."""
@@ -267,34 +252,9 @@ class Mirror:
         self._drain(0.0)
 
     def _record_final(self, state: JobState, message: str) -> JobState:
-        self.ingest.flush_progress()
-        self.store.end_attempt(self.job_id, self.attempt, state.value)
-        recorded = JobState(self.store.get_job(self.job_id)["state"])
-        if recorded.is_terminal:  # `multiworker cancel` recorded it from another process
-            state, message = recorded, self.store.get_job(self.job_id)["message"] or message
-        else:
-            self._event(state.value, message or f"{self.kind.kind} {self.name}: {state.value}",
-                        warning=state is not JobState.SUCCEEDED)
-        self.store.update_job(self.job_id, state=state.value, finished_at=time.time(), message=message,
-                              restarts=self.restarts, heartbeat_at=time.time())
-        for rep in self.store.replicas(self.job_id):  # pods deleted with the object (ps, evaluator, a cancel)
-            if rep["state"] in ("Pending", "Running"):
-                self.store.upsert_replica(self.job_id, rep["role"], rep["idx"], state="Stopped", finished_at=time.time())
-        self.obs.on_finish(state.value, message)
-        return state
+        self.journal.end_attempt(self.attempt, state.value)
+        return self.journal.finish(state, message or f"{self.kind.kind} {self.name}: {state.value}",
+                                   restarts=self.restarts)
 
     def _event(self, reason: str, message: str, *, replica: str | None = None, warning: bool = False) -> None:
-        self.store.add_event(self.job_id, reason, message, replica=replica, warning=warning)
-        self.obs.on_event(reason, message, replica=replica, warning=warning)
-
-    def _install_signal_handlers(self) -> dict:
-        def handler(signum, _frame):
-            self.stop_signal = signum
-
-        previous = {}
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-            try:
-                previous[sig] = signal.signal(sig, handler)
-            except ValueError:  # not the main thread
-                pass
-        return previous
+        self.journal.event(reason, message, replica=replica, warning=warning)

@@ -7,18 +7,16 @@ from __future__ import annotations
 import logging
 import signal
 import time
-from typing import Any
 
 from multiworker import procs
-from multiworker.backends.base import Backend, JobState
+from multiworker.backends.base import Backend, BackendOptions
 from multiworker.backends.controller import GroupController
 from multiworker.backends.driver import driver_alive, driver_gone, stop_driver
 from multiworker.backends.local.group import LocalGroup
 from multiworker.backends.local.watchdog import start_watchdog
-from multiworker.backends.observer import NullObserver
+from multiworker.job import JobRecord, JobState, Journal, ReplicaState, Store
 from multiworker.netns import NETNS_ENV, open_job_network, remove_job_network
 from multiworker.ports import PortReservations
-from multiworker.store import Store
 
 __all__ = ["LocalBackend"]
 
@@ -46,7 +44,7 @@ def _stop_strays(job_id: str, settle: float = 3.0) -> int:
     return len(found)
 
 
-def _network_event(store: Store, job_id: str, observer: Any, isolated: str | None, why: str) -> None:
+def _network_event(journal: Journal, isolated: str | None, why: str) -> None:
     """Say where the replicas' ports can be reached from: an event, and a console note via the observer."""
     global _warned_exposed
     if isolated:
@@ -58,11 +56,10 @@ def _network_event(store: Store, job_id: str, observer: Any, isolated: str | Non
         fix = (f"unset {NETNS_ENV}" if NETNS_ENV in why
                else "run as root with iproute2, or allow unprivileged user namespaces,")
         message = f"{_EXPOSED} ({why}); {fix} for a private network namespace per job"
-        if observer is None and not _warned_exposed:  # with an observer, the event is the console note
+        if not journal.observed and not _warned_exposed:  # with an observer, the event is the console note
             _warned_exposed = True
-            log.warning("job %s: %s", job_id, message)
-    store.add_event(job_id, reason, message, warning=warning)
-    (observer or NullObserver()).on_event(reason, message, replica=None, warning=warning)
+            log.warning("job %s: %s", journal.job_id, message)
+    journal.event(reason, message, warning=warning)
 
 
 class LocalBackend(Backend):
@@ -70,15 +67,15 @@ class LocalBackend(Backend):
 
     name = "local"
 
-    def run(self, store: Store, job_id: str, observer: Any = None) -> JobState:
-        watchdog = start_watchdog(job_id)
-        network, why = open_job_network(job_id)
-        ports = None if network is not None else PortReservations(store.home)
+    def drive(self, record: JobRecord, options: BackendOptions, journal: Journal) -> JobState:
+        watchdog = start_watchdog(record.id)
+        network, why = open_job_network(record.id)
+        ports = None if network is not None else PortReservations(journal.store.home)
         try:
-            _network_event(store, job_id, observer, network.name if network else None, why)
+            _network_event(journal, network.name if network else None, why)
             group = LocalGroup(network=network, ports=ports)
             try:
-                return GroupController(store, job_id, group, observer).run()
+                return GroupController(record, group, journal).run()
             finally:
                 group.shutdown()
         finally:
@@ -89,37 +86,37 @@ class LocalBackend(Backend):
             watchdog.kill()
             watchdog.wait()
 
-    def cancel(self, store: Store, job: dict, *, timeout: float | None = None) -> dict:
+    def cancel(self, store: Store, job: JobRecord, *, timeout: float | None = None) -> JobRecord:
         """SIGTERM the driver (it stops every replica itself: grace period, then SIGKILL); if it is
         gone or does not answer in time, stray replicas are killed here and the job is recorded
         Cancelled. A job that has already ended is returned unchanged."""
-        job_id = job["id"]
-        if JobState(job["state"]).is_terminal:
+        job_id = job.id
+        if job.is_terminal:
             return job
-        if job["supervisor_pid"] and driver_alive(job):
+        if job.supervisor_pid and driver_alive(job):
             job = stop_driver(store, job, timeout)  # a SIGKILLed driver's replicas die with it (PDEATHSIG)
-        if not JobState(job["state"]).is_terminal:
+        if not job.is_terminal:
             killed = _stop_strays(job_id, settle=0.0)
             message = "cancelled by `multiworker cancel`; the supervisor was gone"
             if killed:
                 message += f"; killed {killed} leftover replica process(es)"
-            store.end_job(job_id, JobState.CANCELLED, message, replica_state="Stopped")
+            store.end_job(job_id, JobState.CANCELLED, message, replica_state=ReplicaState.STOPPED)
         leftover = _stop_strays(job_id)
         if leftover:
             log.warning("job %s: killed %d process(es) left after the supervisor ended", job_id, leftover)
         remove_job_network(job_id)
         return store.get_job(job_id)
 
-    def reconcile(self, store: Store, job: dict) -> dict:
+    def reconcile(self, store: Store, job: JobRecord) -> JobRecord:
         """A job whose driver is gone is recorded Lost, and any stray replica is killed."""
-        job_id = job["id"]
-        if JobState(job["state"]).is_terminal:
+        job_id = job.id
+        if job.is_terminal:
             return job
         why = driver_gone(job)
         if why is None:
             return job
         job = store.get_job(job_id)  # it may have finished between the first read and the pid check
-        if JobState(job["state"]).is_terminal:
+        if job.is_terminal:
             return job
         strays = procs.job_processes(job_id)
         killed = sum(procs.signal_group(pid, signal.SIGKILL, ticks) for pid, ticks in strays.items())
@@ -127,5 +124,5 @@ class LocalBackend(Backend):
             why += f"; killed {killed} leftover replica process(es)"
         remove_job_network(job_id)
         log.info("job %s: %s", job_id, why)
-        store.end_job(job_id, JobState.LOST, why, replica_state="Lost")
+        store.end_job(job_id, JobState.LOST, why, replica_state=ReplicaState.LOST)
         return store.get_job(job_id)

@@ -17,9 +17,9 @@ from pathlib import Path
 from multiworker import procs
 from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.local import forkserver
+from multiworker.cluster import ReplicaId
 from multiworker.netns import JobNetwork
 from multiworker.ports import PortReservations
-from multiworker.cluster import ReplicaId
 
 __all__ = ["LocalGroup"]
 

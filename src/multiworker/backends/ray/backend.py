@@ -3,21 +3,20 @@ whose replicas run on the cluster's nodes; cancel and Lost detection from any ot
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
-from pathlib import Path
-from typing import Any
+from typing import Literal
 
-from multiworker.backends.base import Backend, JobState
+from pydantic import Field
+
+from multiworker.backends.base import Backend, BackendOptions
 from multiworker.backends.controller import GroupController
 from multiworker.backends.driver import driver_alive, driver_gone, stop_driver
 from multiworker.backends.ray.cluster import ray_module
 from multiworker.backends.ray.group import RayGroup
 from multiworker.errors import UserError
-from multiworker.spec.model import JobSpec
-from multiworker.store import Store
+from multiworker.job import JobRecord, JobState, Journal, ReplicaState, Store
 
 __all__ = ["RayBackend"]
 
@@ -28,8 +27,14 @@ _ADDRESS = re.compile(r"(auto|local|ray://\S+|\[?[\w.:-]+\]?:\d{1,5})")
 _DIES_WITH_DRIVER = "Ray ended the driver's actors, and every replica with its actor"
 
 
-def _address(options: dict[str, Any]) -> str | None:
-    return options.get("ray_address") or os.environ.get("RAY_ADDRESS") or None
+class RayOptions(BackendOptions):
+    ray_address: str | None = Field(None, description="the cluster's head, HOST:PORT (default: RAY_ADDRESS, as in Ray)")
+    placement: Literal["spread", "pack"] | None = Field(
+        None, description="spread the replicas over the nodes (default) or pack them onto as few as fit")
+
+
+def _address(options: RayOptions) -> str | None:
+    return options.ray_address or os.environ.get("RAY_ADDRESS") or None
 
 
 class RayBackend(Backend):
@@ -37,51 +42,55 @@ class RayBackend(Backend):
 
     name = "ray"
     extra = "ray"
+    Options = RayOptions
 
-    def check(self, loaded, options: dict[str, Any]) -> list[str]:
+    def check(self, loaded, options: RayOptions) -> list[str]:
         ray_module()
         address = _address(options)
         if address and not _ADDRESS.fullmatch(address):
-            flag = "--ray-address" if options.get("ray_address") else "RAY_ADDRESS"
+            flag = "--ray-address" if options.ray_address else "RAY_ADDRESS"
             raise UserError(f"{flag}: {address!r} is not a Ray address; give HOST:PORT of the head node "
                             f"(as printed by `ray start --head`), e.g. 10.0.0.1:6379")
-        placement = loaded.spec.placement or "spread"
+        placement = _placement(loaded.spec, options)
         where = address or "the local Ray cluster (RAY_ADDRESS unset; one is started if none runs)"
         return [f"Ray backend: {where}, placement {placement}; output_dir must be visible on every node "
                 f"that gets a replica (checked before any replica starts)"]
 
-    def run(self, store: Store, job_id: str, observer: Any = None) -> JobState:
-        job = store.get_job(job_id)
-        options = json.loads(job["options_json"] or "{}").get("backend_options", {})
+    def drive(self, record: JobRecord, options: RayOptions, journal: Journal) -> JobState:
         address = _address(options)
-        store.update_job(job_id, handle_json=json.dumps({"ray_address": address}))
-        group = RayGroup(JobSpec.model_validate_json(job["spec_json"]), job_id, base_dir=Path(job["base_dir"] or "."),
-                         output_dir=job["output_dir"], address=address)
+        journal.set_handle({"ray_address": address})
+        group = RayGroup(record.spec, record.id, base_dir=record.base_dir, output_dir=record.output_dir,
+                         address=address, placement=_placement(record.spec, options))
         try:
-            return GroupController(store, job_id, group, observer).run()
+            return GroupController(record, group, journal).run()
         finally:
             ray = ray_module()
             if ray.is_initialized():
                 ray.shutdown()
 
-    def cancel(self, store: Store, job: dict, *, timeout: float | None = None) -> dict:
+    def cancel(self, store: Store, job: JobRecord, *, timeout: float | None = None) -> JobRecord:
         """SIGTERM the driver, which stops every replica on every node and records Cancelled; a
         driver that is gone or does not answer in time leaves nothing behind either (its actors
         die with it), so the job is recorded Cancelled here."""
-        if JobState(job["state"]).is_terminal:
+        if job.is_terminal:
             return job
-        if job["supervisor_pid"] and driver_alive(job):
+        if job.supervisor_pid and driver_alive(job):
             job = stop_driver(store, job, timeout)
-        if not JobState(job["state"]).is_terminal:
-            store.end_job(job["id"], JobState.CANCELLED, f"cancelled by `multiworker cancel`; the driver was "
-                          f"gone: {_DIES_WITH_DRIVER}", replica_state="Stopped")
-        return store.get_job(job["id"])
+        if not job.is_terminal:
+            store.end_job(job.id, JobState.CANCELLED, f"cancelled by `multiworker cancel`; the driver was "
+                          f"gone: {_DIES_WITH_DRIVER}", replica_state=ReplicaState.STOPPED)
+        return store.get_job(job.id)
 
-    def reconcile(self, store: Store, job: dict) -> dict:
+    def reconcile(self, store: Store, job: JobRecord) -> JobRecord:
         """A job whose driver is gone is recorded Lost."""
-        if JobState(job["state"]).is_terminal or (why := driver_gone(job)) is None:
+        if job.is_terminal or (why := driver_gone(job)) is None:
             return job
-        job = store.get_job(job["id"])  # it may have finished between the first read and the pid check
-        if not JobState(job["state"]).is_terminal:
-            store.end_job(job["id"], JobState.LOST, f"{why}; {_DIES_WITH_DRIVER}", replica_state="Lost")
-        return store.get_job(job["id"])
+        job = store.get_job(job.id)  # it may have finished between the first read and the pid check
+        if not job.is_terminal:
+            store.end_job(job.id, JobState.LOST, f"{why}; {_DIES_WITH_DRIVER}", replica_state=ReplicaState.LOST)
+        return store.get_job(job.id)
+
+
+def _placement(spec, options: RayOptions) -> str:
+    """``--placement`` / ``--backend-opt placement=``, else the spec's (older specs carry it), else spread."""
+    return options.placement or spec.placement or "spread"

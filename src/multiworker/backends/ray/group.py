@@ -29,7 +29,7 @@ from multiworker.backends.ray.cluster import (
     strategy_of,
 )
 from multiworker.cluster import ReplicaId
-from multiworker.errors import UserError
+from multiworker.errors import StartFailed, UserError
 from multiworker.spec.model import JobSpec
 
 __all__ = ["RayGroup"]
@@ -51,7 +51,7 @@ class RayGroup(ReplicaGroup):
         self.base_dir = Path(base_dir)
         self.output_dir = output_dir
         self.address = address
-        self.placement = placement or spec.placement or "spread"
+        self.placement = placement or "spread"
         self.placement_timeout = placement_timeout
         self._pg = None
         self._actors: dict[ReplicaId, Any] = {}
@@ -71,15 +71,15 @@ class RayGroup(ReplicaGroup):
         self._reset()
         self._shipped = connect(self.address, self._code_root(), self._excludes())
         problem = fit_problem(ray, len(replicas), self.placement)
-        if problem:
-            raise UserError(problem)
+        if problem:  # too small a cluster is the user's to fix; after a restart, a node may come back
+            raise (StartFailed if attempt else UserError)(problem)
         self._pg = placement_group([dict(RESOURCES_PER_REPLICA) for _ in replicas],
                                    strategy=strategy_of(self.placement), name=f"multiworker-{self.job_id}-{attempt}")
         ready, _ = ray.wait([self._pg.ready()], timeout=self.placement_timeout)
         if not ready:
             detail = fit_problem(ray, len(replicas), self.placement, available=True) or "resources are busy"
             self.close()
-            raise UserError(f"placement: the Ray cluster could not place the job's {len(replicas)} replicas "
+            raise StartFailed(f"placement: the Ray cluster could not place the job's {len(replicas)} replicas "
                             f"within {self.placement_timeout:g}s: {detail}")
         host_cls = ray.remote(ReplicaHost)
         for rid, i in zip(replicas, self._bundle_order(ray, len(replicas))):

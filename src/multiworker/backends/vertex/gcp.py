@@ -96,7 +96,9 @@ class Cloud:
     def jobs(self):
         if self._jobs is None:
             try:
-                from google.cloud.aiplatform_v1.services.job_service import JobServiceClient
+                from google.cloud.aiplatform_v1.services.job_service import (
+                    JobServiceClient,
+                )
             except ImportError as exc:
                 raise _import_error(exc) from exc
             endpoint = os.environ.get("MULTIWORKER_VERTEX_ENDPOINT") or f"{self.region}-aiplatform.googleapis.com"

@@ -13,7 +13,7 @@ import datetime as dt
 import logging
 import re
 
-from multiworker.backends.base import LogLayout
+from multiworker.job import LogLayout
 
 __all__ = ["LogReader", "entry_text"]
 

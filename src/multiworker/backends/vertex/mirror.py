@@ -6,11 +6,11 @@ first log line arrives, ``Running`` after it while the job runs, and the job's f
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 
-from multiworker.backends.base import JobState
+from multiworker.cluster import ReplicaId
+from multiworker.job import JobState, Journal, ReplicaState
 
 __all__ = ["STATES", "job_state", "mirror", "finish"]
 
@@ -48,37 +48,29 @@ def _message(remote: dict, state: JobState) -> str:
         remote.get("state", ""), f"Vertex AI: {remote.get('state', '?')}" if state.is_terminal else "")
 
 
-def mirror(store, job_id: str, remote: dict, replicas: list[str], active: set[str]) -> JobState:
+def mirror(journal: Journal, remote: dict, replicas: list[str], active: set[str]) -> JobState:
     """Record ``remote`` (a CustomJob as REST JSON): job state, replica states, a state-change event."""
     state = job_state(remote)
-    job = store.get_job(job_id)
-    handle = json.loads(job["handle_json"] or "{}")
-    if handle.get("remote_state") != remote.get("state"):
-        store.add_event(job_id, "VertexState", f"{remote.get('state')}", warning=state is JobState.FAILED)
-        handle["remote_state"] = remote.get("state")
-        store.update_job(job_id, handle_json=json.dumps(handle))
-    fields = {"state": state.value, "heartbeat_at": time.time()}
-    if state is JobState.RUNNING and not job["started_at"]:
-        fields["started_at"] = time.time()
+    job = journal.current()
+    if job.handle.get("remote_state") != remote.get("state"):
+        journal.event("VertexState", f"{remote.get('state')}", warning=state is JobState.FAILED)
+        journal.set_handle({**job.handle, "remote_state": remote.get("state")})
     if not state.is_terminal:
-        store.update_job(job_id, **fields)
+        started = time.time() if state is JobState.RUNNING and not job.started_at else job.started_at
+        journal.set_state(state, started_at=started, heartbeat_at=time.time())
     for name in replicas:
-        role, _, index = name.rpartition("-")
         if state.is_terminal:
-            replica_state = state.value
+            replica_state = ReplicaState(state.value)
         elif state is JobState.RUNNING and name in active:
-            replica_state = JobState.RUNNING.value
+            replica_state = ReplicaState.RUNNING
         else:
-            replica_state = JobState.PENDING.value
-        store.upsert_replica(job_id, role, int(index), state=replica_state)
+            replica_state = ReplicaState.PENDING
+        journal.replica(ReplicaId.parse(name), replica_state)
     return state
 
 
-def finish(store, job_id: str, remote: dict, state: JobState) -> str:
-    """End the job's record in ``state``; return its message (the CustomJob's ``error.message``)."""
-    message = _message(remote, state)
-    store.update_job(job_id, state=state.value, finished_at=time.time(), message=message or None)
-    store.end_attempt(job_id, 0, state.value)
+def finish(journal: Journal, remote: dict, state: JobState) -> JobState:
+    """End the job's record in ``state``, with the CustomJob's ``error.message`` as its message."""
+    journal.end_attempt(0, state.value)
     reason = {JobState.SUCCEEDED: "Succeeded", JobState.CANCELLED: "Cancelled"}.get(state, "Failed")
-    store.add_event(job_id, reason, message, warning=state is JobState.FAILED)
-    return message
+    return journal.finish(state, _message(remote, state), reason=reason, warning=state is JobState.FAILED)

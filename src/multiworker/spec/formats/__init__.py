@@ -90,8 +90,8 @@ def load_parsed(
     unpack: bool = True,
 ) -> LoadedSpec:
     """``load_job`` for a job already read (a file, or a gcloud command line): overrides, mappings, checks."""
+    from multiworker.home import home_dir
     from multiworker.spec.formats.localize import PathMap, localize, parse_images
-    from multiworker.store import home_dir
 
     cwd = Path(cwd) if cwd is not None else Path.cwd()
     native = parsed.native

@@ -10,7 +10,16 @@ from pydantic import ConfigDict
 from pydantic.alias_generators import to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import CamelModel, Parsed, Str, finish, job_name, program_of, unknown_key, validate
+from multiworker.spec.formats._common import (
+    CamelModel,
+    Parsed,
+    Str,
+    finish,
+    job_name,
+    program_of,
+    unknown_key,
+    validate,
+)
 
 __all__ = ["parse", "REPLICA_TYPES", "CONTAINER", "RESTART_STRICTNESS", "INSTANCE_TYPE_LABEL", "ACCELERATOR_LABEL"]
 

@@ -19,7 +19,13 @@ from typing import Any
 from multiworker.errors import SpecError
 from multiworker.k8s_entry import ENTRY
 from multiworker.spec.formats import to_tfjob
-from multiworker.spec.formats.convert import Target, cloud_path, env_list, safe_name, seconds
+from multiworker.spec.formats.convert import (
+    Target,
+    cloud_path,
+    env_list,
+    safe_name,
+    seconds,
+)
 
 __all__ = ["write", "PORT", "API_VERSION", "hostnames", "PROGRAM_ERROR_RULE", "DEADLINE_RULE"]
 

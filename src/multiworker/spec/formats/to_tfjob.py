@@ -5,8 +5,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from multiworker.spec.formats.convert import Target, cloud_path, env_list, safe_name, seconds
-from multiworker.spec.formats.tfjob import ACCELERATOR_LABEL, CONTAINER, GPU_RESOURCE, INSTANCE_TYPE_LABEL
+from multiworker.spec.formats.convert import (
+    Target,
+    cloud_path,
+    env_list,
+    safe_name,
+    seconds,
+)
+from multiworker.spec.formats.tfjob import (
+    ACCELERATOR_LABEL,
+    CONTAINER,
+    GPU_RESOURCE,
+    INSTANCE_TYPE_LABEL,
+)
 
 __all__ = ["write", "pod", "AIP_DIRS", "CONTAINER"]
 

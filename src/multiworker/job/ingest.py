@@ -6,23 +6,30 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
-from multiworker.backends.observer import Observer
+from multiworker.job.observer import Observer
 from multiworker.metrics_line import PREFIX, BadMetric, parse_metric
-from multiworker.store import Store
 
 __all__ = ["LogIngest"]
 
 log = logging.getLogger(__name__)
 
 
+class MetricSink(Protocol):
+    """Where parsed metrics go (the journal)."""
+
+    def add_metric(self, attempt: int, replica: str, metric: dict) -> None: ...
+
+    def set_progress(self, attempt: int, progress: dict[str, dict]) -> None: ...
+
+
 class LogIngest:
     """Line assembly and metric parsing for the replicas of one attempt."""
 
-    def __init__(self, store: Store, job_id: str, observer: Observer, *, primary: str,
+    def __init__(self, sink: MetricSink, observer: Observer, *, primary: str,
                  on_metric: Callable[[str, dict], None] | None = None):
-        self.store = store
-        self.job_id = job_id
+        self.sink = sink
         self.obs = observer
         self.primary = primary  # the replica whose epoch lines speak for the job
         self.on_metric = on_metric  # e.g. fault injection at an epoch or step
@@ -63,11 +70,11 @@ class LogIngest:
         if metric["kind"] == "progress":
             self._progress[replica] = metric
         else:
-            self.store.add_metric(self.job_id, self.attempt, replica, metric)
+            self.sink.add_metric(self.attempt, replica, metric)
         self.obs.on_metric(replica, metric, primary=replica == self.primary)
 
     def flush_progress(self) -> None:
         """Write the latest progress line of each replica seen since the last flush."""
         if self._progress:
-            self.store.set_progress(self.job_id, self.attempt, self._progress)
+            self.sink.set_progress(self.attempt, self._progress)
             self._progress = {}

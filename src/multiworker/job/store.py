@@ -17,12 +17,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from multiworker.backends.base import JobState
 from multiworker.errors import JobNotFound, UserError
+from multiworker.home import home_dir
+from multiworker.job.record import JOB_COLUMNS, JobRecord, RunOptions
+from multiworker.job.states import JobState, ReplicaState
 
-__all__ = ["home_dir", "Store", "SCHEMA_VERSION", "MIGRATIONS", "new_job_id"]
+__all__ = ["Store", "SCHEMA_VERSION", "MIGRATIONS", "new_job_id"]
 
-# jobs.state holds JobState values (see multiworker.backends.base)
+# jobs.state holds JobState values, replicas.state ReplicaState values (multiworker.job.states)
 _TERMINAL = tuple(sorted(s.value for s in JobState if s.is_terminal))
 MAX_SAMPLES_PER_JOB = 20_000
 
@@ -87,9 +89,6 @@ MIGRATIONS: tuple[str, ...] = (_V1, _V2, _V3, _V4)
 SCHEMA_VERSION = len(MIGRATIONS)
 
 
-def home_dir() -> Path:
-    """MULTIWORKER_HOME (made absolute: replicas run in other directories), default ~/.multiworker."""
-    return Path(os.environ.get("MULTIWORKER_HOME") or Path.home() / ".multiworker").expanduser().absolute()
 
 
 def _prepare_home(home: Path) -> None:
@@ -191,9 +190,15 @@ class Store:
         return [dict(r) for r in self._conn.execute(sql, args).fetchall()]
 
     # -- jobs ------------------------------------------------------------------------
-    def create_job(self, *, job_id: str, name: str, spec_json: str, **fields: Any) -> dict:
+    def create_job(self, *, job_id: str, name: str, spec_json: str, backend: str = "local",
+                   run: RunOptions | None = None, backend_options: dict[str, Any] | None = None,
+                   format: str | None = None, spec_path: str | None = None, base_dir: str | None = None,
+                   output_dir: str | None = None, job_dir: str | None = None) -> JobRecord:
         now = time.time()
-        cols = {"id": job_id, "name": name, "state": JobState.PENDING.value, "spec_json": spec_json, "created_at": now, **fields}
+        options = {**(run or RunOptions()).to_dict(), "backend_options": dict(backend_options or {})}
+        cols = {"id": job_id, "name": name, "state": JobState.PENDING.value, "spec_json": spec_json, "created_at": now,
+                "backend": backend, "format": format, "spec_path": spec_path, "base_dir": base_dir,
+                "output_dir": output_dir, "job_dir": job_dir, "options_json": json.dumps(options)}
         self._conn.execute(
             f"INSERT INTO jobs ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", tuple(cols.values())
         )
@@ -201,11 +206,27 @@ class Store:
         return self.get_job(job_id)
 
     def update_job(self, job_id: str, **fields: Any) -> None:
+        """Set columns of the job's row: only those in ``JOB_COLUMNS`` (a typo is a bug, not a new column)."""
+        unknown = set(fields) - JOB_COLUMNS
+        if unknown:
+            raise ValueError(f"update_job: not a settable job column: {', '.join(sorted(unknown))}")
+        fields = {k: (v.value if isinstance(v, JobState) else v) for k, v in fields.items()}
         if fields:
             sets = ", ".join(f"{k} = ?" for k in fields)
             self._conn.execute(f"UPDATE jobs SET {sets} WHERE id = ?", (*fields.values(), job_id))
 
-    def end_job(self, job_id: str, state: JobState, message: str, *, replica_state: str) -> bool:
+    def set_handle(self, job_id: str, handle: dict[str, Any]) -> None:
+        """The backend's own per-job handle (a namespace and object name, a resource name...)."""
+        self._conn.execute("UPDATE jobs SET handle_json = ? WHERE id = ?", (json.dumps(handle), job_id))
+
+    def set_run_options(self, job_id: str, run: RunOptions) -> None:
+        """Replace the run options (a tuning trial's study tag), keeping the backend's options."""
+        row = self._one("SELECT options_json FROM jobs WHERE id = ?", job_id) or {}
+        options = json.loads(row.get("options_json") or "{}")
+        self._conn.execute("UPDATE jobs SET options_json = ? WHERE id = ?",
+                           (json.dumps({**options, **run.to_dict()}), job_id))
+
+    def end_job(self, job_id: str, state: JobState, message: str, *, replica_state: ReplicaState) -> bool:
         """For a process other than the job's driver: record a terminal ``state`` unless one is
         recorded already; Pending and Running replicas become ``replica_state``; a warning event
         says why. True if this call recorded it."""
@@ -216,30 +237,31 @@ class Store:
                 return False
             conn.execute("UPDATE jobs SET state = ?, finished_at = ?, message = ? WHERE id = ?",
                          (state.value, now, message, job_id))
-            conn.execute("UPDATE replicas SET state = ?, finished_at = ? "
-                         "WHERE job_id = ? AND state IN ('Pending', 'Running')", (replica_state, now, job_id))
+            conn.execute("UPDATE replicas SET state = ?, finished_at = ? WHERE job_id = ? AND state IN (?, ?)",
+                         (ReplicaState(replica_state).value, now, job_id, ReplicaState.PENDING.value,
+                          ReplicaState.RUNNING.value))
             conn.execute("INSERT INTO events (job_id, ts, type, reason, replica, message) VALUES (?, ?, ?, ?, ?, ?)",
                          (job_id, now, "Warning", state.value, None, message))
         return True
 
-    def get_job(self, job_id: str) -> dict:
-        job = self._one("SELECT * FROM jobs WHERE id = ?", job_id)
-        if job is None:
+    def get_job(self, job_id: str) -> JobRecord:
+        row = self._one("SELECT * FROM jobs WHERE id = ?", job_id)
+        if row is None:
             raise JobNotFound(f"no job {job_id!r}; `multiworker list` shows the jobs")
-        return job
+        return JobRecord.from_row(row)
 
     def has_job(self, job_id: str) -> bool:
         return self._one("SELECT 1 AS x FROM jobs WHERE id = ?", job_id) is not None
 
-    def list_jobs(self, limit: int | None = None) -> list[dict]:
+    def list_jobs(self, limit: int | None = None) -> list[JobRecord]:
         sql = "SELECT * FROM jobs ORDER BY created_at DESC"
-        return self._all(sql + (f" LIMIT {int(limit)}" if limit else ""))
+        return [JobRecord.from_row(r) for r in self._all(sql + (f" LIMIT {int(limit)}" if limit else ""))]
 
-    def finished_before(self, ts: float) -> list[dict]:
+    def finished_before(self, ts: float) -> list[JobRecord]:
         """Jobs in a terminal state that ended (or, never started, were created) before ``ts``."""
         marks = ", ".join("?" * len(_TERMINAL))
-        return self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) AND COALESCE(finished_at, created_at) < ? "
-                         "ORDER BY created_at", *_TERMINAL, ts)
+        return [JobRecord.from_row(r) for r in self._all(f"SELECT * FROM jobs WHERE state IN ({marks}) AND COALESCE(finished_at, created_at) < ? "
+                         "ORDER BY created_at", *_TERMINAL, ts)]
 
     def replica_summary(self) -> dict[str, dict[str, int]]:
         """Per job: replica count by state (one query for ``multiworker list``)."""
@@ -278,7 +300,8 @@ class Store:
 
     # -- replicas and attempts ---------------------------------------------------------
     def upsert_replica(self, job_id: str, role: str, index: int, **fields: Any) -> None:
-        cols = {"job_id": job_id, "role": role, "idx": index, "state": fields.pop("state", "Pending"), **fields}
+        state = ReplicaState(fields.pop("state", ReplicaState.PENDING)).value
+        cols = {"job_id": job_id, "role": role, "idx": index, "state": state, **fields}
         updates = ", ".join(f"{k} = excluded.{k}" for k in cols if k not in ("job_id", "role", "idx"))
         self._conn.execute(
             f"INSERT INTO replicas ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))}) "

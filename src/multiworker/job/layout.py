@@ -1,0 +1,31 @@
+"""Where a job's files live: ``<job_dir>/attempt_<n>/<role>-<index>.log`` and friends. The one
+definition of the layout: writers (the journal, every backend) and readers (``logs``, ``status``,
+the dashboard) both ask it."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+__all__ = ["LogLayout"]
+
+
+@dataclasses.dataclass(frozen=True)
+class LogLayout:
+    """The files of the job whose directory is ``job_dir``."""
+
+    job_dir: Path
+
+    def attempt_dir(self, attempt: int) -> Path:
+        return self.job_dir / f"attempt_{attempt}"
+
+    def replica_log(self, attempt: int, replica: str) -> Path:
+        return self.attempt_dir(attempt) / f"{replica}.log"
+
+    @property
+    def supervisor_log(self) -> Path:
+        return self.job_dir / "supervisor.log"
+
+    @property
+    def spec_file(self) -> Path:
+        return self.job_dir / "spec.json"
