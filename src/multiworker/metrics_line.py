@@ -3,9 +3,16 @@
 A replica prints ``MULTIWORKER_METRIC {json}`` on stdout. The JSON always has ``kind``:
 
 - ``progress``: ``epoch`` (1-based), ``epochs``, ``step``, ``steps`` (may be null)
-- ``epoch``: ``epoch``, ``epochs``, ``loss`` and other Keras logs, ``images_per_sec``, ``seconds``
-- ``eval``: metrics of an evaluation (evaluator replicas), with ``checkpoint`` and ``step``
+- ``epoch``: ``epoch``, ``epochs``, ``steps``, ``loss`` and other Keras logs, ``images_per_sec``,
+  ``seconds``, and ``start_step`` when the epoch resumed mid-way from a backup
+- ``eval``: metrics of an evaluation (evaluator replicas), with ``checkpoint``, ``epoch``, ``step``
+  and ``seconds``
 - ``final``: end-of-training results (e.g. ``test_accuracy``)
+
+Which keys are metrics is decided here too, for every reader (console, status, plot, dashboard):
+:data:`BOOKKEEPING_KEYS` say where and when a line was recorded and are never a metric;
+:data:`RATE_KEYS` are shown beside the metrics but never drawn as a metric curve; every other
+number is a metric (:func:`metric_values`, :func:`curve_values`).
 
 Standard library only: it is imported inside replicas too.
 """
@@ -19,7 +26,36 @@ from typing import Any
 PREFIX = "MULTIWORKER_METRIC "
 KINDS = ("progress", "epoch", "eval", "final")
 
-__all__ = ["PREFIX", "KINDS", "BadMetric", "format_metric", "parse_metric", "validate_metric"]
+__all__ = ["PREFIX", "KINDS", "BOOKKEEPING_KEYS", "RATE_KEYS", "RATE_UNITS", "BadMetric", "curve_values",
+           "format_metric", "metric_values", "parse_metric", "validate_metric"]
+
+# Where and when a line was recorded: never a metric, never drawn. Key -> why.
+_BOOKKEEPING = {
+    "kind": "which of KINDS the line is",
+    "epoch": "the 1-based epoch the line belongs to (eval: the evaluated checkpoint's epoch)",
+    "epochs": "how many epochs the run was asked for",
+    "step": "progress: steps done in the epoch; eval: the optimizer step of the checkpoint",
+    "steps": "steps per epoch (progress: null when unknown)",
+    "start_step": "the 0-based step a resumed epoch started at (from a mid-epoch backup)",
+    "seconds": "wall time of the epoch or the evaluation",
+    "time": "a timestamp",
+    "checkpoint": "eval: the path of the checkpoint evaluated",
+    "attempt": "which attempt of the group wrote the line",
+    "epochs_run": "final: how many epochs this run trained (the examples report it)",
+}
+BOOKKEEPING_KEYS: frozenset[str] = frozenset(_BOOKKEEPING)
+
+# Rates reported beside the metrics: shown (throughput with its unit), never drawn as a metric curve
+# (another scale, and not a quality of the model). Key -> why.
+_RATES = {
+    "images_per_sec": "throughput of the epoch: global batch size x steps run / seconds",
+    "steps_per_sec": "progress rate of the training loop",
+    "lr": "the optimizer's learning rate (Keras logs it under a learning-rate schedule)",
+    "learning_rate": "the same, under its other Keras name",
+}
+RATE_KEYS: frozenset[str] = frozenset(_RATES)
+# How a throughput is written next to the metrics ("1,234 images/s"); other rates read "lr 0.001".
+RATE_UNITS = {"images_per_sec": "images/s", "steps_per_sec": "steps/s"}
 
 
 def _clean(value: Any) -> Any:
@@ -52,6 +88,17 @@ class BadMetric(ValueError):
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def metric_values(data: dict[str, Any] | None) -> dict[str, float]:
+    """The numbers of a metric that may be shown as its values: finite, not bool, not bookkeeping
+    (rates included), in the metric's order."""
+    return {k: v for k, v in (data or {}).items() if k not in BOOKKEEPING_KEYS and _is_number(v)}
+
+
+def curve_values(data: dict[str, Any] | None) -> dict[str, float]:
+    """The numbers of a metric that may be drawn as curves: :func:`metric_values` without the rates."""
+    return {k: v for k, v in metric_values(data).items() if k not in RATE_KEYS}
 
 
 def validate_metric(payload: Any) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import time
 from multiworker.backends.base import get_backend
 from multiworker.errors import UserError
 from multiworker.job import JobRecord, Store
+from multiworker.metrics_line import metric_values
 
 __all__ = [
     "job_status",
@@ -62,7 +63,9 @@ def _last_by_replica(rows: list[dict]) -> dict[str, dict]:
 
 
 def job_status(store: Store, job_id: str) -> dict:
-    """The status document of ``multiworker status --json``."""
+    """The status document of ``multiworker status --json``. ``last_metrics`` is the primary replica's
+    last epoch line as recorded (bookkeeping included: epoch, steps, start_step...);
+    ``last_metric_values`` holds only its values to show as metrics (loss, accuracy, images/s...)."""
     job = refresh_liveness(store, job_id)
     primary = primary_name(job)
     epoch_rows = store.metrics(job_id, "epoch")
@@ -124,6 +127,7 @@ def job_status(store: Store, job_id: str) -> dict:
         "epochs": last.get("epochs") if last else None,
         "images_per_sec": last.get("images_per_sec") if last else None,
         "last_metrics": last,
+        "last_metric_values": metric_values(last) if last else None,
         "final_metrics": finals[-1]["data"] if finals else None,
         "eval_metrics": evals[-1]["data"] if evals else None,
         "replicas": replicas,

@@ -13,6 +13,9 @@ import pytest
 from helpers import REPO, mw_popen, no_processes_left, status, wait_for
 
 from multiworker.job import Store
+from multiworker.metrics_line import BOOKKEEPING_KEYS, RATE_KEYS
+from multiworker.monitor.plot import collect_series
+from multiworker.ui.views import Views
 
 pytestmark = pytest.mark.integration
 JOB = str(REPO / "examples" / "mnist" / "job.yaml")
@@ -57,6 +60,12 @@ def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
     assert len(after) == 1 and after[0]["steps"] == STEPS
     start = after[0].get("start_step") or 0
     assert 10 <= start < STEPS, f"restarted from step {start}, not from the last backup: {lines}"
+    # The resumed epoch's bookkeeping (start_step, steps, seconds...) is neither a curve of `plot` or
+    # of the dashboard's per-epoch chart, nor one of the metric values `status --json` shows.
+    assert set(collect_series(Store(mw_home), doc["id"])["epoch_metrics"]) == {"loss", "accuracy"}, after
+    assert set(Views(mw_home, ttl=0).series(doc["id"])["epoch_metrics"]) == {"loss", "accuracy"}, after
+    assert doc["last_metric_values"].keys() - RATE_KEYS == {"loss", "accuracy"}, doc["last_metrics"]
+    assert not doc["last_metric_values"].keys() & BOOKKEEPING_KEYS
     # Only the chief writes the backups: worker-1 takes part in each (the same count) but saves nothing.
     attempt = Path(doc["output_dir"]).parent / "attempt_1"
     (chief_n, chief_s), (other_n, other_s) = (_backups_logged(attempt / f"worker-{i}.log") for i in (0, 1))

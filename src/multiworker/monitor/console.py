@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from multiworker.job.observer import Observer
-from multiworker.monitor.format import format_progress
+from multiworker.monitor.format import fmt_metrics, format_progress
 
 __all__ = ["ConsoleObserver", "format_progress"]
 
@@ -21,11 +21,6 @@ _NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl|Example stragglers:|/job:\w+/replica:|"
     r"To enable the following instructions: |E\d{4} .*(cuInit|cuda_platform|cuda_dnn|cuda_blas|cuda_fft))"
 )
-def _headline(key: str, value) -> bool:
-    """Fields worth a console line: quality metrics and throughput, not bookkeeping."""
-    if key == "kind" or isinstance(value, (dict, list)):
-        return False
-    return key.startswith(("test_", "eval_", "val_")) or key in ("loss", "accuracy", "rmse", "images_per_sec", "step")
 
 
 class ConsoleObserver(Observer):
@@ -49,9 +44,7 @@ class ConsoleObserver(Observer):
         if kind == "epoch" and primary:
             self.console.print(f"[bold]{self._prefix(replica)} {escape(format_progress(metric))}[/bold]")
         elif kind in ("eval", "final"):
-            fields = {k: v for k, v in metric.items() if _headline(k, v)}
-            text = "  ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in fields.items())
-            self.console.print(f"[bold]{self._prefix(replica)} {kind}: {escape(text)}[/bold]")
+            self.console.print(f"[bold]{self._prefix(replica)} {kind}: {escape(fmt_metrics(metric))}[/bold]")
 
     def on_event(self, reason: str, message: str, *, replica: str | None, warning: bool) -> None:
         if reason in ("Started", "ExitedWithCode") and not warning and self.quiet:

@@ -5,20 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
 from multiworker.errors import UserError
 from multiworker.job import Store
+from multiworker.metrics_line import curve_values
 
 __all__ = ["PlotResult", "collect_series", "draw", "plot_job", "FORMATS"]
 
 log = logging.getLogger(__name__)
 
 FORMATS = ("png", "svg", "pdf")
-# Bookkeeping fields of an epoch metric line, not curves.
-_NOT_CURVES = {"kind", "epoch", "epochs", "step", "steps", "seconds", "images_per_sec", "time", "lr", "learning_rate"}
 _MIB = 1024 * 1024
 
 
@@ -31,22 +29,18 @@ class PlotResult:
     figure: Any = dataclasses.field(repr=False, default=None)
 
 
-def _number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def collect_series(store: Store, job_id: str) -> dict:
     """The job's curves: per-epoch metrics by replica (a restarted epoch keeps its latest value), and
-    CPU % and memory (MiB) per replica against seconds since the job started."""
+    CPU % and memory (MiB) per replica against seconds since the job started. Only a metric's
+    :func:`~multiworker.metrics_line.curve_values` are curves (no epoch, start_step, images/s...)."""
     job = store.get_job(job_id)
     t0 = job.started_at or job.created_at
     per_epoch: dict[str, dict[str, dict[int, float]]] = {}
     for row in store.metrics(job_id, "epoch"):
         if row["epoch"] is None:
             continue
-        for key, value in row["data"].items():
-            if key not in _NOT_CURVES and _number(value):
-                per_epoch.setdefault(key, {}).setdefault(row["replica"], {})[int(row["epoch"])] = float(value)
+        for key, value in curve_values(row["data"]).items():
+            per_epoch.setdefault(key, {}).setdefault(row["replica"], {})[int(row["epoch"])] = float(value)
     cpu: dict[str, list[list[float]]] = {}
     memory: dict[str, list[list[float]]] = {}
     for s in store.samples(job_id):

@@ -16,6 +16,7 @@ import yaml
 
 from multiworker.errors import JobNotFound
 from multiworker.job import JobState, Store
+from multiworker.metrics_line import RATE_KEYS
 from multiworker.monitor.format import headline_metrics
 from multiworker.monitor.plot import collect_series
 from multiworker.status import describe_job, job_rows, primary_name
@@ -25,7 +26,6 @@ __all__ = ["Views", "downsample", "failure_summary", "pick_headline"]
 log = logging.getLogger(__name__)
 
 _ROOT_CAUSE = re.compile(r"root cause: (\S+) ")
-_NOT_HEADLINE = {"images_per_sec", "step", "steps", "epochs_run", "epoch", "epochs", "seconds"}
 
 
 def downsample(points: list[list[float]], max_points: int) -> list[list[float]]:
@@ -49,8 +49,9 @@ def downsample(points: list[list[float]], max_points: int) -> list[list[float]]:
 
 
 def pick_headline(data: dict | None) -> dict | None:
-    """The one number a jobs table shows: an accuracy if there is one, else a loss, else the first."""
-    numbers = {k: v for k, v in headline_metrics(data).items() if k not in _NOT_HEADLINE}
+    """The one number a jobs table shows: an accuracy if there is one, else a loss, else the first
+    (never bookkeeping nor a rate such as images/s)."""
+    numbers = {k: v for k, v in headline_metrics(data).items() if k not in RATE_KEYS}
     if not numbers:
         return None
     for word in ("accuracy", "loss", "rmse", "auc"):

@@ -26,7 +26,7 @@
       ["Backend", MW.esc(st.backend)], ["Created", MW.when(st.created_at)], ["Started", MW.when(st.started_at)],
       ["Duration", MW.duration(st.started_at ? st.duration_seconds : null)], ["Attempt", st.attempt],
       ["Restarts", st.restarts], ["Epoch", st.epoch ? `${st.epoch}/${st.epochs ?? "?"}` : "-"],
-      ["Last metrics", MW.esc(fmtMetrics(st.last_metrics))],
+      ["Last metrics", MW.esc(fmtMetrics(st.last_metric_values))],
       ["Final metrics", MW.esc(fmtMetrics(detail.final_headline))],
       ["Output dir", `<span class="mono">${MW.esc(st.output_dir)}</span>`],
     ];
@@ -35,10 +35,10 @@
     $("summary").innerHTML = items.map(([k, v]) => `<div><dt>${k}</dt><dd>${v}</dd></div>`).join("");
   }
 
+  // m holds metric values only (the server leaves bookkeeping out: metrics_line.metric_values).
   function fmtMetrics(m) {
     if (!m) return "-";
-    const skip = new Set(["kind", "epoch", "epochs", "step", "steps", "seconds", "time"]);
-    return Object.entries(m).filter(([k, v]) => typeof v === "number" && !skip.has(k))
+    return Object.entries(m).filter(([, v]) => typeof v === "number")
       .map(([k, v]) => k === "images_per_sec" ? `${MW.num(v)} images/s` : `${k} ${MW.num(v)}`).join(" · ") || "-";
   }
 
