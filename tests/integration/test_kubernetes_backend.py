@@ -69,7 +69,7 @@ def test_jobset_pod_fails_once_restarts_and_succeeds(fake, tmp_path):
     assert state is JobState.SUCCEEDED
     job = store.get_job(job_id)
     assert (job.state, job.restarts) == ("Succeeded", 1)
-    handle = json.loads(job.handle_json)
+    handle = job.handle
     assert handle == {"api": "jobset", "namespace": "ml", "name": f"mnist-{job_id[:6]}", "context": "fake",
                       "server": fake.url}
     created = fake.get("jobsets", "ml", handle["name"])
@@ -178,10 +178,10 @@ def test_check_refuses_before_anything_is_created(fake, tmp_path):
         path = tmp_path / "job.yaml"
         path.write_text(text)
         with pytest.raises(SpecError, match=match):
-            backend.check(load_job(path, check=False), options)
+            backend.check(load_job(path, check=False), backend.options(options))
     path = tmp_path / "job.yaml"
     path.write_text(SPEC)
-    assert backend.check(load_job(path, check=False), {}) == []
+    assert backend.check(load_job(path, check=False), backend.options({})) == []
     assert fake.calls("POST", "/") == []
 
 

@@ -9,11 +9,11 @@ import json
 import math
 
 import pytest
-from multiworker.store import Store
 from rich.console import Console
 from test_monitor_views import cli, record_job  # noqa: F401  (fixture)
 from test_trainer_callbacks import job, make_data, make_model, metric_lines  # noqa: F401  (fixture)
 
+from multiworker.job import Store
 from multiworker.metrics_line import (
     BOOKKEEPING_KEYS,
     RATE_KEYS,
