@@ -22,7 +22,7 @@ from multiworker.backends.base import JobState, get_backend  # noqa: E402
 from multiworker.errors import SpecError, UserError  # noqa: E402
 from multiworker.jobs import create_job  # noqa: E402
 from multiworker.spec.formats import load_job  # noqa: E402
-from multiworker.spec.formats._schema import check_schema  # noqa: E402
+from multiworker.spec.formats.schema import check_schema  # noqa: E402
 from multiworker.store import Store  # noqa: E402
 
 SPEC = """

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from fakes.vertex_api import FakeGoogle, canonical
-from multiworker.spec.formats._schema import check_schema
+from multiworker.spec.formats.schema import check_schema
 from multiworker.store import Store
 
 CONSOLE = "https://console.cloud.google.com/vertex-ai/locations/us-central1/training/{}?project=proj"

@@ -12,9 +12,11 @@ import difflib
 from pathlib import Path
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats.gcloud_aiplatform import SUBMIT, submit
+from multiworker.spec.formats.aiplatform.gcloud import SUBMIT, submit
 from multiworker.spec.formats.gcloud_args import GcloudJob, parse_line
-from multiworker.spec.formats.gcloud_vertex import CREATE, LOCAL_RUN, create, local_run
+from multiworker.spec.formats.load import load_parsed
+from multiworker.spec.formats.vertex.gcloud import CREATE, LOCAL_RUN, create, local_run
+from multiworker.spec.load import LoadedSpec
 
 __all__ = ["GcloudJob", "parse_command", "load_command", "COMMANDS", "looks_like_gcloud"]
 
@@ -60,12 +62,8 @@ def parse_command(argv: list[str], *, cwd: Path) -> GcloudJob:
     return job
 
 
-
-
-def load_command(argv: list[str], *, cwd: Path, check: bool = True):
+def load_command(argv: list[str], *, cwd: Path, check: bool = True) -> tuple[LoadedSpec, GcloudJob]:
     """A gcloud command line made runnable here (its --image/--map-path/--set options applied): (loaded, job)."""
-    from multiworker.spec.formats import load_parsed
-
     job = parse_command(argv, cwd=cwd)
     opts = job.local
     loaded = load_parsed(job.parsed, source=job.source, path=job.config, base_dir=cwd, overrides=opts.get("set", ()),

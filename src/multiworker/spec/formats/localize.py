@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import Parsed
+from multiworker.spec.formats.common import Parsed
 from multiworker.spec.formats.dockerfile import Dockerfile, read_dockerfile
 
 __all__ = ["PathMap", "localize", "parse_images"]

@@ -9,10 +9,10 @@ from typing import Any
 from pydantic.alias_generators import to_camel, to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import CamelModel, Many, Parsed, Str, finish, job_name, program_of, validate
+from multiworker.spec.formats.common import CamelModel, Many, Parsed, Str, finish, job_name, program_of, validate
 from multiworker.spec.model import parse_duration
 
-__all__ = ["parse", "POOL_ROLES"]
+__all__ = ["parse", "POOL_ROLES", "VertexJobOutput"]
 
 POOL_ROLES = ("chief", "worker", "ps", "evaluator")
 

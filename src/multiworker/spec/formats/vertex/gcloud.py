@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats import vertex
-from multiworker.spec.formats._common import Parsed, job_name
+from multiworker.spec.formats.common import Parsed, job_name
 from multiworker.spec.formats.gcloud_args import Flag, GcloudJob, Line, enum_name
+from multiworker.spec.formats.vertex import reader as vertex
 from multiworker.spec.load import read_yaml
 
 __all__ = ["CREATE", "LOCAL_RUN", "create", "local_run"]

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from multiworker.spec.formats.aiplatform import JOB_DIR_FLAG, SINGLE_MACHINE_TIERS, TIERS
-from multiworker.spec.formats.convert import DEFAULT_MACHINE_TYPE, Target, cloud_path, safe_name, seconds
+from multiworker.spec.formats.aiplatform.reader import JOB_DIR_FLAG, SINGLE_MACHINE_TIERS, TIERS
+from multiworker.spec.formats.target import DEFAULT_MACHINE_TYPE, Target, cloud_path, safe_name, seconds
 
 __all__ = ["write"]
 

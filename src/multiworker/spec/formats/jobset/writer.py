@@ -18,8 +18,8 @@ from typing import Any
 
 from multiworker.errors import SpecError
 from multiworker.k8s_entry import ENTRY
-from multiworker.spec.formats import to_tfjob
-from multiworker.spec.formats.convert import Target, cloud_path, env_list, safe_name, seconds
+from multiworker.spec.formats.target import Target, cloud_path, env_list, safe_name, seconds
+from multiworker.spec.formats.tfjob import writer as to_tfjob
 
 __all__ = ["write", "PORT", "API_VERSION", "hostnames", "PROGRAM_ERROR_RULE", "DEADLINE_RULE"]
 

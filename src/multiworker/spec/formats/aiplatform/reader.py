@@ -9,10 +9,10 @@ from typing import Any
 from pydantic.alias_generators import to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import CamelModel, Many, Parsed, Str, finish, job_name, program_of, validate
+from multiworker.spec.formats.common import CamelModel, Many, Parsed, Str, finish, job_name, program_of, validate
 from multiworker.spec.model import parse_duration
 
-__all__ = ["parse", "TIERS", "JOB_DIR_FLAG"]
+__all__ = ["parse", "TIERS", "SINGLE_MACHINE_TIERS", "JOB_DIR_FLAG"]
 
 # (role, field prefix) in TensorFlow's order; the master is the chief.
 TIERS = (("chief", "master"), ("worker", "worker"), ("ps", "parameterServer"), ("evaluator", "evaluator"))
