@@ -15,6 +15,7 @@ from multiworker.errors import SpecError
 from multiworker.spec.formats.aiplatform.gcloud import SUBMIT, submit
 from multiworker.spec.formats.gcloud_args import GcloudJob, parse_line
 from multiworker.spec.formats.load import load_parsed
+from multiworker.spec.formats.options import LoadOptions
 from multiworker.spec.formats.vertex.gcloud import CREATE, LOCAL_RUN, create, local_run
 from multiworker.spec.load import LoadedSpec
 
@@ -66,8 +67,13 @@ def load_command(argv: list[str], *, cwd: Path, check: bool = True) -> tuple[Loa
     """A gcloud command line made runnable here (its --image/--map-path/--set options applied): (loaded, job)."""
     job = parse_command(argv, cwd=cwd)
     opts = job.local
-    loaded = load_parsed(job.parsed, source=job.source, path=job.config, base_dir=cwd, overrides=opts.get("set", ()),
-                         images=opts.get("image", ()),
-                         dockerfile=str(cwd / opts["dockerfile"]) if opts.get("dockerfile") else None,
-                         map_paths=opts.get("map-path", ()), check=check, cwd=cwd)
+    options = LoadOptions(
+        overrides=opts.get("set", ()),
+        images=opts.get("image", ()),
+        dockerfile=str(cwd / opts["dockerfile"]) if opts.get("dockerfile") else None,
+        map_paths=opts.get("map-path", ()),
+        check=check,
+        cwd=cwd,
+    )
+    loaded = load_parsed(job.parsed, options, source=job.source, path=job.config, base_dir=cwd)
     return loaded, job

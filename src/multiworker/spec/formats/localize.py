@@ -24,6 +24,7 @@ from typing import Any
 from multiworker.errors import SpecError
 from multiworker.spec.formats.common import Parsed
 from multiworker.spec.formats.dockerfile import Dockerfile, read_dockerfile
+from multiworker.spec.formats.options import LoadOptions
 
 __all__ = ["PathMap", "localize", "parse_images"]
 
@@ -81,15 +82,21 @@ def parse_images(items: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
     return out
 
 
-def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dockerfile: str | None,
-             paths: PathMap, source: str, cwd: Path, home: Path, strict: bool,
-             unpack: bool = True) -> tuple[dict, list[str]]:
-    """A copy of ``native`` that runs here, and notes about what changed on the way."""
+def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
+             home: Path) -> tuple[dict, list[str]]:
+    """A copy of ``native`` (a well-formed native spec dict) that runs here, and notes about what changed.
+
+    ``home``: where package archives are unpacked (MULTIWORKER_HOME).
+    """
+    cwd = options.directory()
+    images = parse_images(options.images)
+    paths = PathMap(options.map_paths, cwd=cwd)
+    strict, unpack = options.check, options.unpack
     native = copy.deepcopy(native)
     notes: list[str] = []
     cloud = parsed.format != "native"
     _map_paths(native, parsed, paths, source=source, strict=strict)
-    df = read_dockerfile(dockerfile) if dockerfile else None
+    df = read_dockerfile(options.dockerfile) if options.dockerfile else None
     if df is not None and df.env:
         notes.append(f"{df.path}: ENV is not applied locally ({', '.join(df.env)}); set `env` in the spec if needed")
     used: set[str] = set()
