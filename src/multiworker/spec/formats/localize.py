@@ -19,12 +19,13 @@ import tarfile
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
 
 from multiworker.errors import SpecError
 from multiworker.spec.formats.common import Parsed
 from multiworker.spec.formats.dockerfile import Dockerfile, read_dockerfile
 from multiworker.spec.formats.options import LoadOptions
+from multiworker.spec.load import spec_from_dict
+from multiworker.spec.model import Program
 
 __all__ = ["PathMap", "localize", "parse_images"]
 
@@ -96,6 +97,7 @@ def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
     notes: list[str] = []
     cloud = parsed.format != "native"
     _map_paths(native, parsed, paths, source=source, strict=strict)
+    spec = spec_from_dict(native, source=source)  # for each pool's program, as the launcher resolves it
     df = read_dockerfile(options.dockerfile) if options.dockerfile else None
     if df is not None and df.env:
         notes.append(f"{df.path}: ENV is not applied locally ({', '.join(df.env)}); set `env` in the spec if needed")
@@ -104,19 +106,20 @@ def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
     for role, pool in pools.items():
         if not isinstance(pool, dict) or not pool.get("replicas", 1):
             continue
-        prog = _resolved(native, pool)
+        prog = spec.resolved(role)
+        args = list(prog.args or [])
         where = f"pools.{role}"
         if role in parsed.packages:
             _use_packages(pool, prog, parsed.packages[role], paths, source=source, cwd=cwd, home=home, strict=strict,
                           unpack=unpack)
             continue
-        image = prog["image"]
+        image = prog.image
         entry = _entry_for(image, images, used)
-        if prog["module"] is None and prog["command"] is None:
+        if prog.module is None and prog.command is None:
             if entry is not None:
-                argv, wd = [*entry, *prog["args"]], cwd
+                argv, wd = [*entry, *args], cwd
             elif df is not None:
-                argv, ignored = df.argv(prog["args"])
+                argv, ignored = df.argv(args)
                 wd = _docker_workdir(df, parsed.workdirs.get(role), source=source)
                 if ignored:
                     notes.append(f"{df.path}: ENTRYPOINT is in shell form, so Docker ignores the args of {where}; "
@@ -130,15 +133,11 @@ def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
                 )
             else:
                 continue
-            _set_program(pool, argv, df if entry is None else None, None if prog["working_dir"] else wd)
+            _set_program(pool, argv, df if entry is None else None, None if prog.working_dir else wd)
         elif cloud:
-            wd = cwd
-            if entry is None and df is not None:
-                wd = _docker_workdir(df, parsed.workdirs.get(role), source=source)
-            argv = (["python", "-m", prog["module"]] if prog["module"] else list(prog["command"])) + prog["args"]
-            if prog["working_dir"] is not None:
-                wd = None
-            _set_program(pool, argv, df if entry is None else None, wd)
+            wd = _docker_workdir(df, parsed.workdirs.get(role), source=source) if entry is None and df is not None else cwd
+            argv = (["python", "-m", prog.module] if prog.module else list(prog.command or [])) + args
+            _set_program(pool, argv, df if entry is None else None, None if prog.working_dir is not None else wd)
         elif entry is not None or df is not None:
             notes.append(f"{where} sets its own program, so --image/--dockerfile do not change it")
     unused = [i for i in images if i not in used]
@@ -147,20 +146,6 @@ def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
         raise SpecError(f"{unused[0]} is not an image of this job (its images: {', '.join(known) or 'none'})",
                         source="--image")
     return native, notes
-
-
-def _resolved(native: dict, pool: dict) -> dict[str, Any]:
-    module, command = pool.get("module"), pool.get("command")
-    if module is None and command is None:
-        module, command = native.get("module"), native.get("command")
-    args = pool.get("args") if pool.get("args") is not None else native.get("args")
-    return {
-        "module": module,
-        "command": shlex.split(command) if isinstance(command, str) else command,
-        "args": shlex.split(args) if isinstance(args, str) else [str(a) for a in args or []],
-        "image": pool.get("image") or native.get("image"),
-        "working_dir": pool.get("working_dir", native.get("working_dir")),
-    }
 
 
 def _entry_for(image: str | None, images: dict[str, list[str]], used: set[str]) -> list[str] | None:
@@ -240,11 +225,12 @@ def _map_paths(native: dict, parsed: Parsed, paths: PathMap, *, source: str, str
             map_in(pool, f"pools.{role}.")
 
 
-def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths: PathMap, *, source: str,
+def _use_packages(pool: dict, prog: Program, packages: list[tuple[str, str]], paths: PathMap, *, source: str,
                   cwd: Path, home: Path, strict: bool, unpack: bool = True) -> None:
     """Run the pool's module from its packages. Without ``unpack`` (validate), an archive is checked
     from its index only (safe members, bounded size, the module inside), and nothing is written."""
-    module = prog["module"]
+    module = prog.module or ""
+    args = list(prog.args or [])
     top = module.split(".")[0]
     roots: list[Path] = []
     for uri, field in packages:
@@ -261,7 +247,7 @@ def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths
             names = {name.strip("/") for name, _ in _archive_members(path)}
             if any(n.split("/")[i:i + 1] == [top] or n.split("/")[i:i + 1] == [f"{top}.py"]
                    for n in names for i in range(3)):
-                pool["module"], pool["args"], pool["working_dir"] = module, prog["args"], str(path)
+                pool["module"], pool["args"], pool["working_dir"] = module, args, str(path)
                 pool.pop("command", None)
                 return
             continue
@@ -272,7 +258,7 @@ def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths
         raise SpecError(f"module {module!r} is in none of the packages ({', '.join(u for u, _ in packages)})",
                         source=source, field=packages[0][1])
     main_root, main = found[0]
-    pool["module"], pool["args"], pool["working_dir"] = module, prog["args"], str(main)
+    pool["module"], pool["args"], pool["working_dir"] = module, args, str(main)
     pool.pop("command", None)
     others = [str(c) for root in roots if root != main_root for c in _candidates(root)]
     if others:
