@@ -18,6 +18,7 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from multiworker.errors import SpecError
@@ -37,7 +38,7 @@ _PYTHON_FLAGS = {"-u", "-B", "-O", "-OO", "-E", "-s", "-S", "-I"}
 class PathMap:
     """``gs://bucket[/prefix]=LOCAL`` pairs; the longest prefix wins. ``/gcs/bucket`` (Vertex's mount) too."""
 
-    def __init__(self, items: list[str] | tuple[str, ...], *, cwd: Path):
+    def __init__(self, items: Iterable[str], *, cwd: Path):
         self.pairs: list[tuple[str, Path]] = []
         for item in items:
             cloud, sep, local = item.partition("=")
@@ -67,7 +68,7 @@ class PathMap:
         return _GS.sub(local, text)
 
 
-def parse_images(items: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
+def parse_images(items: Iterable[str]) -> dict[str, list[str]]:
     """``IMAGE=COMMAND`` options -> {image: argv}."""
     out: dict[str, list[str]] = {}
     for item in items:
@@ -142,7 +143,8 @@ def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
             notes.append(f"{where} sets its own program, so --image/--dockerfile do not change it")
     unused = [i for i in images if i not in used]
     if unused and strict:
-        known = sorted({p.get("image") or native.get("image") for p in pools.values() if isinstance(p, dict)} - {None})
+        images_of = (p.get("image") or native.get("image") for p in pools.values() if isinstance(p, dict))
+        known = sorted({image for image in images_of if image is not None})
         raise SpecError(f"{unused[0]} is not an image of this job (its images: {', '.join(known) or 'none'})",
                         source="--image")
     return native, notes

@@ -106,9 +106,9 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     """Read a trainingInput (top level or under ``trainingInput:``) into a native spec dict."""
     parsed = Parsed(format="aiplatform", native={})
     if isinstance(data, dict) and ("trainingInput" in data or "training_input" in data):
-        job = validate(Job, data, source=source)
-        ti, prefix, name = job.training_input, "trainingInput.", job.job_id
-        if job.labels:
+        envelope = validate(Job, data, source=source)
+        ti, prefix, name = envelope.training_input, "trainingInput.", envelope.job_id
+        if envelope.labels:
             parsed.drop("tracking", "labels")
     else:
         ti, prefix, name = validate(TrainingInput, data, source=source), "", None

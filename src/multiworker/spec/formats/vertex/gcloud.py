@@ -139,7 +139,7 @@ def _flag_pools(specs: list[dict], uris: list[str] | None, cwd: Path, command: s
         raise SpecError("is not allowed with local-package-path (gcloud builds the image from that directory)",
                         source=command, field="--python-package-uris")
     autopackage = _autopackage(specs[0], cwd, command) if local else None
-    pools = []
+    pools: list[dict[str, Any]] = []
     for spec in specs:
         if not spec:
             pools.append({})
