@@ -1,7 +1,7 @@
 """A pasted gcloud training command -> the job it would submit, read as its Vertex AI or AI Platform config.
 
-``gcloud ai custom-jobs create`` / ``local-run`` (gcloud_vertex) and ``gcloud ai-platform jobs submit
-training`` (gcloud_aiplatform) become the document gcloud would send, flags overriding the ``--config``
+``gcloud ai custom-jobs create`` / ``local-run`` (``vertex.gcloud``) and ``gcloud ai-platform jobs submit
+training`` (``aiplatform.gcloud``) become the document gcloud would send, flags overriding the ``--config``
 file as in gcloud; that document then goes through the Vertex AI or AI Platform reader, so a command
 and its config file mean the same job. Multiworker's own options may share the line.
 """
