@@ -29,12 +29,9 @@ from multiworker.cluster import (
     vertex_cluster_spec,
 )
 
-__all__ = ["pod_env", "main", "ENTRY"]
+__all__ = ["pod_env", "main"]
 
 logger = logging.getLogger(__name__)
-
-#: The container command prefix that runs this entry point.
-ENTRY = ["python", "-m", "multiworker.k8s_entry", "--"]
 
 
 class EntryError(ValueError):

@@ -20,13 +20,10 @@ from fakes.kube_cluster import NODE, JobSetScenario, TFJobScenario  # noqa: E402
 
 from multiworker.backends.base import get_backend  # noqa: E402
 from multiworker.errors import SpecError, UserError  # noqa: E402
-from multiworker.job import (
-    JobState,  # noqa: E402
-    Store,  # noqa: E402
-)
+from multiworker.job import JobState, Store  # noqa: E402
 from multiworker.jobs import create_job  # noqa: E402
-from multiworker.spec.formats import load_job  # noqa: E402
-from multiworker.spec.formats._schema import check_schema  # noqa: E402
+from multiworker.spec.formats import LoadOptions, load_job  # noqa: E402
+from multiworker.spec.formats.schema import check_schema  # noqa: E402
 
 SPEC = """
 name: mnist
@@ -50,7 +47,7 @@ def make_job(tmp_path: Path, text: str = SPEC, **options) -> tuple[Store, str]:
     path = tmp_path / "job.yaml"
     path.write_text(text)
     store = Store()
-    job_id = create_job(store, load_job(path, check=False), backend="kubernetes",
+    job_id = create_job(store, load_job(path, LoadOptions(check=False)), backend="kubernetes",
                         backend_options={"watch_timeout": 5, **options})
     return store, job_id
 
@@ -178,10 +175,10 @@ def test_check_refuses_before_anything_is_created(fake, tmp_path):
         path = tmp_path / "job.yaml"
         path.write_text(text)
         with pytest.raises(SpecError, match=match):
-            backend.check(load_job(path, check=False), backend.options(options))
+            backend.check(load_job(path, LoadOptions(check=False)), backend.options(options))
     path = tmp_path / "job.yaml"
     path.write_text(SPEC)
-    assert backend.check(load_job(path, check=False), backend.options({})) == []
+    assert backend.check(load_job(path, LoadOptions(check=False)), backend.options({})) == []
     assert fake.calls("POST", "/") == []
 
 

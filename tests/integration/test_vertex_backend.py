@@ -18,7 +18,7 @@ import pytest
 from fakes.vertex_api import FakeGoogle, canonical
 
 from multiworker.job import Store
-from multiworker.spec.formats._schema import check_schema
+from multiworker.spec.formats.schema import check_schema
 
 CONSOLE = "https://console.cloud.google.com/vertex-ai/locations/us-central1/training/{}?project=proj"
 EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"

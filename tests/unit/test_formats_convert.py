@@ -13,8 +13,8 @@ import yaml
 
 from multiworker.errors import SpecError
 from multiworker.spec.formats import parse_job
-from multiworker.spec.formats._schema import check_schema
 from multiworker.spec.formats.convert import convert
+from multiworker.spec.formats.schema import check_schema
 from multiworker.spec.load import apply_overrides, spec_from_dict
 
 CLOUD = Path(__file__).resolve().parents[1] / "fixtures" / "cloud"
@@ -286,7 +286,7 @@ def test_schema_copies_are_current():
         pytest.skip(f"needs ../shared beside the checkout: {staged} not found")
     import importlib.util
 
-    from multiworker.spec.formats._schema import load_schema
+    from multiworker.spec.formats.schema import load_schema
 
     script = Path(__file__).resolve().parents[2] / "src" / "multiworker" / "schemas" / "extract.py"
     spec = importlib.util.spec_from_file_location("schema_extract", script)

@@ -15,8 +15,8 @@ import yaml
 from multiworker.errors import SpecError
 from multiworker.k8s_entry import EntryError, pod_env
 from multiworker.spec.formats import parse_job
-from multiworker.spec.formats._schema import check_schema
 from multiworker.spec.formats.convert import convert
+from multiworker.spec.formats.schema import check_schema
 from multiworker.spec.load import apply_overrides, spec_from_dict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "jobset"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats import load_job
+from multiworker.spec.formats import LoadOptions, load_job
 from multiworker.spec.formats.dockerfile import read_dockerfile
 from multiworker.spec.formats.localize import PathMap, parse_images
 
@@ -52,7 +52,7 @@ def test_path_map_longest_prefix_and_gcs_mount(tmp_path):
 
 def test_unmapped_gs_path_names_field_and_fix(tmp_path):
     with pytest.raises(SpecError) as info:
-        load_job(CLOUD / "tfjob.yaml", dockerfile=None, cwd=tmp_path)
+        load_job(CLOUD / "tfjob.yaml", LoadOptions(dockerfile=None, cwd=tmp_path))
     assert str(info.value) == (
         f"{CLOUD / 'tfjob.yaml'}: spec.tfReplicaSpecs.Worker.template.spec.containers[0].args: "
         "gs://my-bucket/saved_model_dir is a Cloud Storage path; map it to a local directory with "
@@ -75,8 +75,9 @@ def test_bad_image_option(item):
 # -- the tutorial fixtures, localized ----------------------------------------------------------
 
 def test_vertex_with_image_mapping(ctx, tmp_path):
-    loaded = load_job(CLOUD / "vertex_config.yaml", images=[f"{VERTEX_IMAGE}=python -m trainer.task"],
-                      map_paths=["gs://my-bucket=./gcs"], cwd=ctx)
+    options = LoadOptions(images=[f"{VERTEX_IMAGE}=python -m trainer.task"], map_paths=["gs://my-bucket=./gcs"],
+                          cwd=ctx)
+    loaded = load_job(CLOUD / "vertex_config.yaml", options)
     assert loaded.format == "vertex"
     assert loaded.spec.replica_counts() == {"chief": 1, "worker": 1}
     for role in ("chief", "worker"):
@@ -88,8 +89,9 @@ def test_vertex_with_image_mapping(ctx, tmp_path):
 
 
 def test_aiplatform_with_untagged_image_mapping(ctx):
-    loaded = load_job(CLOUD / "aiplatform_config.yaml", images=["gcr.io/my-project/mnist-trainer=python -m trainer.task"],
-                      map_paths=["gs://my-bucket=/data/gcs"], cwd=ctx)
+    options = LoadOptions(images=["gcr.io/my-project/mnist-trainer=python -m trainer.task"],
+                          map_paths=["gs://my-bucket=/data/gcs"], cwd=ctx)
+    loaded = load_job(CLOUD / "aiplatform_config.yaml", options)
     assert loaded.spec.chief_task_type == "chief"  # useChiefInTfConfig: true
     assert program(loaded, "worker") == {
         "module": "trainer.task", "command": None, "working_dir": str(ctx),
@@ -102,14 +104,16 @@ def test_aiplatform_with_untagged_image_mapping(ctx):
 
 
 def test_aiplatform_master_when_use_chief_is_false(ctx):
-    loaded = load_job(CLOUD / "aiplatform_config.yaml", overrides=["chief_task_type=master"],
-                      images=[f"{AIP_IMAGE}=python -m trainer.task"], map_paths=["gs://my-bucket=./o"], cwd=ctx)
+    options = LoadOptions(overrides=["chief_task_type=master"], images=[f"{AIP_IMAGE}=python -m trainer.task"],
+                          map_paths=["gs://my-bucket=./o"], cwd=ctx)
+    loaded = load_job(CLOUD / "aiplatform_config.yaml", options)
     assert loaded.spec.chief_task_type == "master"
 
 
 def test_tfjob_with_dockerfile(ctx):
-    loaded = load_job(CLOUD / "tfjob.yaml", dockerfile=str(ctx / "Dockerfile"), map_paths=["gs://my-bucket=./gcs"],
-                      overrides=["pools.worker.replicas=2"], cwd=ctx)
+    options = LoadOptions(dockerfile=str(ctx / "Dockerfile"), map_paths=["gs://my-bucket=./gcs"],
+                          overrides=["pools.worker.replicas=2"], cwd=ctx)
+    loaded = load_job(CLOUD / "tfjob.yaml", options)
     assert loaded.spec.replica_counts() == {"worker": 2}
     assert loaded.spec.run_policy.restart_policy == "Never"
     assert program(loaded, "worker") == {
@@ -121,20 +125,20 @@ def test_tfjob_with_dockerfile(ctx):
 
 def test_unmapped_image_says_how_to_map_it(ctx):
     with pytest.raises(SpecError) as info:
-        load_job(CLOUD / "vertex_config.yaml", map_paths=["gs://my-bucket=./o"], cwd=ctx)
+        load_job(CLOUD / "vertex_config.yaml", LoadOptions(map_paths=["gs://my-bucket=./o"], cwd=ctx))
     assert f"--image {VERTEX_IMAGE}='python -m trainer.task' or --dockerfile PATH" in str(info.value)
     assert "\n" not in str(info.value)
 
 
 def test_image_option_for_another_image_is_an_error(ctx):
     with pytest.raises(SpecError, match=r"^--image: gcr.io/typo is not an image of this job \(its images: "):
-        load_job(CLOUD / "vertex_config.yaml", images=[f"{VERTEX_IMAGE}=python -m trainer.task",
-                                                       "gcr.io/typo=python x.py"], map_paths=["gs://my-bucket=./o"],
-                 cwd=ctx)
+        load_job(CLOUD / "vertex_config.yaml", LoadOptions(images=[f"{VERTEX_IMAGE}=python -m trainer.task",
+                                                                   "gcr.io/typo=python x.py"],
+                                                           map_paths=["gs://my-bucket=./o"], cwd=ctx))
 
 
 def test_check_false_leaves_unmapped_things(ctx):
-    loaded = load_job(CLOUD / "tfjob.yaml", check=False, cwd=ctx)
+    loaded = load_job(CLOUD / "tfjob.yaml", LoadOptions(check=False, cwd=ctx))
     assert loaded.spec.resolved("worker").args[0] == "--saved_model_path=gs://my-bucket/saved_model_dir"
     assert loaded.spec.resolved("worker").module is None
 
@@ -149,7 +153,7 @@ def test_container_command_and_python_script(ctx, tmp_path):
             containerSpec: {{imageUri: {VERTEX_IMAGE}, command: [/bin/echo, hi]}}
     """))
     (ctx / "train.py").write_text("")
-    loaded = load_job(path, images=[f"{VERTEX_IMAGE}=ignored-entrypoint"], cwd=ctx)
+    loaded = load_job(path, LoadOptions(images=[f"{VERTEX_IMAGE}=ignored-entrypoint"], cwd=ctx))
     assert program(loaded, "chief") == {"module": None, "command": [sys.executable, "train.py"],
                                         "args": ["--lr", "0.1"], "working_dir": str(ctx)}
     assert program(loaded, "worker") == {"module": None, "command": ["/bin/echo"], "args": ["hi"],
@@ -159,8 +163,8 @@ def test_container_command_and_python_script(ctx, tmp_path):
 def test_native_spec_with_gs_paths_and_image(ctx):
     path = ctx / "job.yaml"
     path.write_text(f"name: n\nimage: {VERTEX_IMAGE}\nargs: [--data=gs://d/x]\npools: {{worker: {{replicas: 2}}}}\n")
-    loaded = load_job(path, images=[f"{VERTEX_IMAGE}=python -m trainer.task --verbose"], map_paths=["gs://d=./d"],
-                      cwd=ctx)
+    loaded = load_job(path, LoadOptions(images=[f"{VERTEX_IMAGE}=python -m trainer.task --verbose"],
+                                        map_paths=["gs://d=./d"], cwd=ctx))
     assert loaded.format == "native"
     assert program(loaded, "worker") == {"module": "trainer.task", "command": None, "working_dir": str(ctx),
                                          "args": ["--verbose", f"--data={ctx}/d/x"]}
@@ -222,7 +226,7 @@ def test_dockerfile_paths_in_args_are_translated(ctx):
     """)
     path = ctx / "job.yaml"
     path.write_text("name: j\nimage: img\npools: {worker: {replicas: 1}}\n")
-    loaded = load_job(path, dockerfile=str(ctx), cwd=ctx)
+    loaded = load_job(path, LoadOptions(dockerfile=str(ctx), cwd=ctx))
     assert program(loaded, "worker") == {"module": None, "command": [sys.executable, f"{ctx}/trainer/task.py"],
                                          "args": [f"--config={ctx}/trainer/cfg.yaml"], "working_dir": str(ctx)}
 
@@ -237,7 +241,8 @@ def test_dockerfile_env_is_noted(ctx):
         ENTRYPOINT ["python", "-m", "trainer.task"]
     """)
     assert read_dockerfile(path).env == ["PYTHONUNBUFFERED", "MODE", "LEGACY"]
-    loaded = load_job(CLOUD / "tfjob.yaml", dockerfile=str(path), map_paths=["gs://my-bucket=./o"], cwd=ctx)
+    options = LoadOptions(dockerfile=str(path), map_paths=["gs://my-bucket=./o"], cwd=ctx)
+    loaded = load_job(CLOUD / "tfjob.yaml", options)
     assert f"{path}: ENV is not applied locally (PYTHONUNBUFFERED, MODE, LEGACY); set `env` in the spec if needed" \
         in loaded.notes
 
@@ -256,7 +261,8 @@ def test_dockerfile_env_is_noted(ctx):
 def test_dockerfile_errors(ctx, text, message):
     dockerfile(ctx, text)
     with pytest.raises(SpecError, match=message):
-        load_job(CLOUD / "tfjob.yaml", dockerfile=str(ctx / "Dockerfile"), map_paths=["gs://my-bucket=./o"], cwd=ctx)
+        load_job(CLOUD / "tfjob.yaml", LoadOptions(dockerfile=str(ctx / "Dockerfile"), map_paths=["gs://my-bucket=./o"],
+                                                   cwd=ctx))
 
 
 def test_missing_dockerfile(tmp_path):
@@ -300,7 +306,7 @@ def _wheel(path: Path, package: str) -> Path:
 def test_package_from_source_dir(ctx, tmp_path):
     path = tmp_path / "pkg.yaml"
     path.write_text(PACKAGE_JOB.format(uris="[gs://b/src]"))
-    loaded = load_job(path, map_paths=[f"gs://b/src={ctx}"], cwd=tmp_path)
+    loaded = load_job(path, LoadOptions(map_paths=[f"gs://b/src={ctx}"], cwd=tmp_path))
     assert program(loaded, "chief") == {"module": "trainer.task", "command": None, "args": ["--epochs", "1"],
                                         "working_dir": str(ctx)}
 
@@ -312,14 +318,14 @@ def test_package_from_sdist_and_wheel(tmp_path, mw_home):
     _wheel(dist / "helpers-0.1-py3-none-any.whl", "helpers")
     path = tmp_path / "pkg.yaml"
     path.write_text(PACKAGE_JOB.format(uris="[gs://b/trainer-0.1.tar.gz, gs://b/helpers-0.1-py3-none-any.whl]"))
-    loaded = load_job(path, map_paths=["gs://b=./dist"], cwd=tmp_path)
+    loaded = load_job(path, LoadOptions(map_paths=["gs://b=./dist"], cwd=tmp_path))
     prog = loaded.spec.resolved("chief")
     workdir = Path(prog.working_dir)
     assert workdir.parent.parent == mw_home / "packages" and workdir.name == "trainer-0.1"
     assert (workdir / "trainer" / "task.py").read_text() == "print('sdist')\n"
     helpers_root = prog.env["PYTHONPATH"].split(":")[0]
     assert (Path(helpers_root) / "helpers" / "__init__.py").exists()
-    again = load_job(path, map_paths=["gs://b=./dist"], cwd=tmp_path)  # unpacked once, reused
+    again = load_job(path, LoadOptions(map_paths=["gs://b=./dist"], cwd=tmp_path))  # unpacked once, reused
     assert again.spec.resolved("chief").working_dir == prog.working_dir
 
 
@@ -328,7 +334,7 @@ def test_package_without_the_module(tmp_path):
     path = tmp_path / "pkg.yaml"
     path.write_text(PACKAGE_JOB.format(uris="[./other-0.1-py3-none-any.whl]"))
     with pytest.raises(SpecError, match=r"packageUris\[0\]: module 'trainer.task' is in none of the packages"):
-        load_job(path, cwd=tmp_path)
+        load_job(path, LoadOptions(cwd=tmp_path))
 
 
 # -- through the CLI -------------------------------------------------------------------------

@@ -32,12 +32,13 @@ def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], ima
                   max_replicas: Optional[int] = None, unpack: bool = True):
     """Shared by run and validate: every format, made local with every mapping option (``local``:
     False for a platform-managed backend, which keeps images and gs:// paths as they are)."""
-    from multiworker.spec.formats import load_job
+    from multiworker.spec.formats import LoadOptions, load_job
     from multiworker.spec.load import DEFAULT_MAX_REPLICAS
 
-    return load_job(spec_file, format=fmt, overrides=overrides or (), images=images or (),
-                    dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or (), check=local,
-                    max_replicas=max_replicas or DEFAULT_MAX_REPLICAS, unpack=unpack)
+    options = LoadOptions(format=fmt, overrides=overrides or (), images=images or (),
+                          dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or (), check=local,
+                          max_replicas=max_replicas or DEFAULT_MAX_REPLICAS, unpack=unpack)
+    return load_job(spec_file, options)
 
 
 def run(

@@ -24,7 +24,7 @@ def validate(
     """Check a job spec without running it; exit 2 with a one-line error if it is invalid. A tuning config
     (hptuning.yaml, a Vertex AI HyperparameterTuningJob) is checked as `tune` reads it, with its trial job."""
     from multiworker.cli.run_cmd import load_from_cli
-    from multiworker.spec.formats import load_job
+    from multiworker.spec.formats import LoadOptions, load_job
     from multiworker.spec.load import DEFAULT_MAX_REPLICAS
 
     tuning = _tuning_config(spec_file) if fmt is None else None
@@ -32,9 +32,10 @@ def validate(
         loaded = None
     elif tuning is not None:  # the trial job the tuning file carries, read as `tune` reads it
         ref = tuning.job
-        loaded = load_job(ref.path, format=ref.format, data=ref.data, overrides=overrides, images=image,
-                          dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_path,
-                          max_replicas=max_replicas or DEFAULT_MAX_REPLICAS, unpack=False)
+        options = LoadOptions(format=ref.format, overrides=overrides, images=image,
+                              dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_path,
+                              max_replicas=max_replicas or DEFAULT_MAX_REPLICAS, unpack=False)
+        loaded = load_job(ref.path, options, data=ref.data)
     else:
         loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, unpack=False,  # nothing written
                                max_replicas=max_replicas)

@@ -105,7 +105,7 @@ def run(
     its metric read from the hypertune file (CLOUD_ML_HP_METRIC_FILE). Exit 0 when a trial succeeded."""
     from multiworker.backends.base import get_backend
     from multiworker.job import Store
-    from multiworker.spec.formats import load_job
+    from multiworker.spec.formats import LoadOptions, load_job
     from multiworker.tune import search
     from multiworker.tune.config import JobRef, read_config
     from multiworker.tune.runner import TrialSetup, Tuner
@@ -131,8 +131,8 @@ def run(
         job_ref = cfg.job
 
     def load():
-        return load_job(job_ref.path, format=job_ref.format, data=job_ref.data, overrides=overrides,
-                        images=image, map_paths=map_path)
+        options = LoadOptions(format=job_ref.format, overrides=overrides, images=image, map_paths=map_path)
+        return load_job(job_ref.path, options, data=job_ref.data)
 
     loaded = load()  # the job is checked before any trial starts
     for note in [*cfg.notes, *(n for n in loaded.notes if "hyperparameters" not in n)]:

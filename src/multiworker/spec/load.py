@@ -5,16 +5,20 @@ Every problem becomes one :class:`SpecError` naming the file, the field and the 
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import importlib.util
 import logging
 import os
+import shutil
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 
 from multiworker.errors import SpecError
 from multiworker.spec.model import ROLES, JobSpec, PoolSpec, RunPolicy
@@ -70,7 +74,7 @@ class _SpecLoader(yaml.SafeLoader):
         finally:
             self._depth -= 1
 
-    def construct_mapping(self, node, deep=False):
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
         for key_node, _ in node.value:
             key = self.construct_object(key_node, deep=True)
@@ -165,10 +169,8 @@ def read_yaml(path: str | Path) -> Any:
     return parse_yaml_text(read_text_capped(path), source=str(path))
 
 
-def apply_overrides(data: dict, overrides: list[str] | tuple[str, ...], *, source: str = "--set") -> dict:
+def apply_overrides(data: dict, overrides: Iterable[str], *, source: str = "--set") -> dict:
     """Apply ``a.b.c=value`` overrides (value parsed as YAML) to a copy of ``data``."""
-    import copy
-
     data = copy.deepcopy(data)
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -200,7 +202,7 @@ def _known_keys(loc: tuple) -> list[str]:
     return list(JobSpec.model_fields)
 
 
-def _format_error(err: dict) -> tuple[str, str]:
+def _format_error(err: ErrorDetails) -> tuple[str, str]:
     loc = tuple(p for p in err["loc"] if p != "[key]")
     field = ".".join(str(p) for p in loc)
     kind = err["type"]
@@ -245,7 +247,7 @@ def check_programs(loaded: LoadedSpec, *, archives_checked: bool = False) -> Non
     spec = loaded.spec
     for role in spec.replica_counts():
         program = spec.resolved(role)
-        pool_has = spec.pools[role]
+        pool_has = spec.pool(role)
         wd_field = f"pools.{role}.working_dir" if pool_has.working_dir is not None else "working_dir"
         workdir = loaded.resolve(program.working_dir)
         if archives_checked and workdir.is_file() and workdir.name.endswith((".whl", ".zip", ".tar.gz", ".tgz", ".tar")):
@@ -278,10 +280,8 @@ def check_programs(loaded: LoadedSpec, *, archives_checked: bool = False) -> Non
 
 def _check_command(loaded: LoadedSpec, role: str, command: list[str], workdir: Path) -> None:
     """The command's program exists: a path (relative to the working dir) or a name on PATH."""
-    import shutil
-
     spec = loaded.spec
-    field = f"pools.{role}.command" if spec.pools[role].command else "command"
+    field = f"pools.{role}.command" if spec.pool(role).command else "command"
     program = command[0] if command else ""
     if not program:
         raise SpecError("is empty; give the program to run", source=loaded.source, field=field)

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Literal
+import shlex
+from typing import Literal, TypeGuard
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -14,12 +15,20 @@ __all__ = [
     "PoolSpec",
     "RunPolicy",
     "JobSpec",
+    "is_role",
     "parse_duration",
     "format_duration",
 ]
 
 ROLES: tuple[str, ...] = ("chief", "worker", "ps", "evaluator")
 Role = Literal["chief", "worker", "ps", "evaluator"]
+
+
+def is_role(name: str) -> TypeGuard[Role]:
+    """Whether ``name`` is one of ROLES."""
+    return name in ROLES
+
+
 RestartPolicy = Literal["Never", "OnFailure", "ExitCode", "Always"]
 SuccessPolicy = Literal["chief", "all_workers"]
 
@@ -75,7 +84,52 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
 
-class Program(_Strict):
+class _ProgramFields(_Strict):
+    """The checks of the program fields (command, args, env) that a pool and the job's defaults share."""
+
+    @field_validator("command", mode="before", check_fields=False)
+    @classmethod
+    def _split_command(cls, value):
+        if isinstance(value, str):
+            return shlex.split(value)
+        return value
+
+    @field_validator("args", mode="before", check_fields=False)
+    @classmethod
+    def _stringify_args(cls, value):
+        if isinstance(value, str):
+            return shlex.split(value)
+        if isinstance(value, list):
+            return [v if isinstance(v, str) else str(v) for v in value]
+        return value
+
+    @field_validator("env", mode="before", check_fields=False)
+    @classmethod
+    def _stringify_env(cls, value):
+        if isinstance(value, dict):
+            return {str(k): ("" if v is None else v if isinstance(v, (dict, list)) else
+                             (str(v).lower() if isinstance(v, bool) else str(v))) for k, v in value.items()}
+        return value
+
+    @field_validator("env", check_fields=False)
+    @classmethod
+    def _valid_env(cls, value):
+        for name, val in (value or {}).items():
+            if not name or "=" in name or "\0" in name:
+                raise ValueError(f"environment variable name {name!r} is not allowed: a name has no '=' and no NUL")
+            if "\0" in val:
+                raise ValueError(f"environment variable {name}: the value contains a NUL byte, which no process can receive")
+        return value
+
+    @field_validator("command", "args", check_fields=False)
+    @classmethod
+    def _no_nul(cls, value):
+        if value and any("\0" in v for v in value):
+            raise ValueError("contains a NUL byte, which no process can receive")
+        return value
+
+
+class Program(_ProgramFields):
     """What a replica runs: a Python module (``python -m``) or a command, with args and env."""
 
     module: str | None = Field(None, description="Python module run as `python -m MODULE`, e.g. trainer.task.")
@@ -92,51 +146,6 @@ class Program(_Strict):
         description="Cloud machine settings kept for conversions (machine_type, accelerator_type, "
         "accelerator_count, boot_disk_type, boot_disk_size_gb); not applied locally.",
     )
-
-    @field_validator("command", mode="before")
-    @classmethod
-    def _split_command(cls, value):
-        if isinstance(value, str):
-            import shlex
-
-            return shlex.split(value)
-        return value
-
-    @field_validator("args", mode="before")
-    @classmethod
-    def _stringify_args(cls, value):
-        if isinstance(value, str):
-            import shlex
-
-            return shlex.split(value)
-        if isinstance(value, list):
-            return [v if isinstance(v, str) else str(v) for v in value]
-        return value
-
-    @field_validator("env", mode="before")
-    @classmethod
-    def _stringify_env(cls, value):
-        if isinstance(value, dict):
-            return {str(k): ("" if v is None else v if isinstance(v, (dict, list)) else
-                             (str(v).lower() if isinstance(v, bool) else str(v))) for k, v in value.items()}
-        return value
-
-    @field_validator("env")
-    @classmethod
-    def _valid_env(cls, value):
-        for name, val in (value or {}).items():
-            if not name or "=" in name or "\0" in name:
-                raise ValueError(f"environment variable name {name!r} is not allowed: a name has no '=' and no NUL")
-            if "\0" in val:
-                raise ValueError(f"environment variable {name}: the value contains a NUL byte, which no process can receive")
-        return value
-
-    @field_validator("command", "args")
-    @classmethod
-    def _no_nul(cls, value):
-        if value and any("\0" in v for v in value):
-            raise ValueError("contains a NUL byte, which no process can receive")
-        return value
 
     @model_validator(mode="after")
     def _one_program(self):
@@ -182,7 +191,7 @@ class RunPolicy(_Strict):
         return None if value is None else parse_duration(value)
 
 
-class JobSpec(_Strict):
+class JobSpec(_ProgramFields):
     """A distributed training job: pools of replicas by role, the program they run and the run policy."""
 
     name: str = Field(..., description="Job name (letters, digits, '-', '_', '.').")
@@ -209,12 +218,6 @@ class JobSpec(_Strict):
         None, description="Ray backend: how replicas spread over the cluster's nodes (a placement group "
         "strategy): `spread` (default, a one-node cluster works), `strict_spread` (one replica per node), `pack`."
     )
-
-    _split_command = field_validator("command", mode="before")(Program._split_command.__func__)
-    _stringify_args = field_validator("args", mode="before")(Program._stringify_args.__func__)
-    _stringify_env = field_validator("env", mode="before")(Program._stringify_env.__func__)
-    _valid_env = field_validator("env")(Program._valid_env.__func__)
-    _no_nul = field_validator("command", "args")(Program._no_nul.__func__)
 
     @field_validator("name")
     @classmethod
@@ -249,9 +252,18 @@ class JobSpec(_Strict):
         """Replicas per role, in TensorFlow's order, omitting empty pools."""
         return {role: self.pools[role].replicas for role in ROLES if role in self.pools and self.pools[role].replicas}
 
+    def pool(self, role: str) -> PoolSpec:
+        """The pool of ``role`` (KeyError if the job has none)."""
+        if not is_role(role):
+            raise KeyError(role)
+        return self.pools[role]
+
     def resolved(self, role: str) -> Program:
-        """The program a pool runs: its own fields over the job's defaults (env merged)."""
-        pool = self.pools[role]
+        """The program a pool runs: its own fields over the job's defaults (env merged).
+
+        The one place pool-over-job inheritance is decided; ``localize`` and the writers use it too.
+        """
+        pool = self.pool(role)
         module, command = pool.module, pool.command
         if module is None and command is None:
             module, command = self.module, self.command

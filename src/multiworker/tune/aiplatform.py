@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import CamelModel, Str, validate
+from multiworker.spec.formats.common import CamelModel, Str, validate
 from multiworker.tune.model import (
     ALGORITHMS,
     DEFAULT_METRIC_TAG,

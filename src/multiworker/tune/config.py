@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import job_name
+from multiworker.spec.formats.common import job_name
 from multiworker.spec.load import read_yaml
 from multiworker.tune import aiplatform, vertex
 from multiworker.tune.model import Study

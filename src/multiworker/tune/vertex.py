@@ -9,7 +9,7 @@ from typing import Any
 from pydantic.alias_generators import to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import CamelModel, Str, validate
+from multiworker.spec.formats.common import CamelModel, Str, validate
 from multiworker.spec.formats.vertex import VertexJobOutput
 from multiworker.tune.model import (
     ALGORITHMS,

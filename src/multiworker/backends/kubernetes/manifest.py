@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError, UserError
-from multiworker.spec.formats._schema import check_schema
-from multiworker.spec.formats.convert import Target
+from multiworker.spec.formats.schema import check_schema
+from multiworker.spec.formats.target import Target
 from multiworker.spec.model import JobSpec
 
 __all__ = ["object_name", "build", "check_paths", "API_CHOICES"]
@@ -26,7 +26,8 @@ def object_name(spec: JobSpec, job_id: str) -> str:
 
 def build(spec: JobSpec, options: dict[str, Any], *, job_id: str, source: str) -> tuple[dict, list[str]]:
     """The manifest for ``spec`` (named ``object_name``), validated against the vendored CRD; and notes."""
-    from multiworker.spec.formats import to_jobset, to_tfjob
+    from multiworker.spec.formats import jobset as to_jobset
+    from multiworker.spec.formats import tfjob as to_tfjob
 
     api = options.get("kubernetes_api") or "jobset"
     if api not in API_CHOICES:

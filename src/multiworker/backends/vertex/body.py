@@ -10,10 +10,9 @@ from importlib import metadata
 from typing import Any
 
 from multiworker.errors import UserError
-from multiworker.spec.formats._schema import check_schema
-from multiworker.spec.formats.convert import Target
-from multiworker.spec.formats.to_vertex import write
-from multiworker.spec.formats.vertex import POOL_ROLES
+from multiworker.spec.formats.schema import check_schema
+from multiworker.spec.formats.target import Target
+from multiworker.spec.formats.vertex import POOL_ROLES, write
 from multiworker.spec.model import JobSpec
 
 __all__ = ["Plan", "plan_job", "executor_image", "console_url", "task_replicas", "PREBUILT_TF"]

@@ -1,7 +1,7 @@
 """A pasted gcloud training command -> the job it would submit, read as its Vertex AI or AI Platform config.
 
-``gcloud ai custom-jobs create`` / ``local-run`` (gcloud_vertex) and ``gcloud ai-platform jobs submit
-training`` (gcloud_aiplatform) become the document gcloud would send, flags overriding the ``--config``
+``gcloud ai custom-jobs create`` / ``local-run`` (``vertex.gcloud``) and ``gcloud ai-platform jobs submit
+training`` (``aiplatform.gcloud``) become the document gcloud would send, flags overriding the ``--config``
 file as in gcloud; that document then goes through the Vertex AI or AI Platform reader, so a command
 and its config file mean the same job. Multiworker's own options may share the line.
 """
@@ -12,9 +12,12 @@ import difflib
 from pathlib import Path
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats.gcloud_aiplatform import SUBMIT, submit
+from multiworker.spec.formats.aiplatform.gcloud import SUBMIT, submit
 from multiworker.spec.formats.gcloud_args import GcloudJob, parse_line
-from multiworker.spec.formats.gcloud_vertex import CREATE, LOCAL_RUN, create, local_run
+from multiworker.spec.formats.load import load_parsed
+from multiworker.spec.formats.options import LoadOptions
+from multiworker.spec.formats.vertex.gcloud import CREATE, LOCAL_RUN, create, local_run
+from multiworker.spec.load import LoadedSpec
 
 __all__ = ["GcloudJob", "parse_command", "load_command", "COMMANDS", "looks_like_gcloud"]
 
@@ -60,16 +63,17 @@ def parse_command(argv: list[str], *, cwd: Path) -> GcloudJob:
     return job
 
 
-
-
-def load_command(argv: list[str], *, cwd: Path, check: bool = True):
+def load_command(argv: list[str], *, cwd: Path, check: bool = True) -> tuple[LoadedSpec, GcloudJob]:
     """A gcloud command line made runnable here (its --image/--map-path/--set options applied): (loaded, job)."""
-    from multiworker.spec.formats import load_parsed
-
     job = parse_command(argv, cwd=cwd)
     opts = job.local
-    loaded = load_parsed(job.parsed, source=job.source, path=job.config, base_dir=cwd, overrides=opts.get("set", ()),
-                         images=opts.get("image", ()),
-                         dockerfile=str(cwd / opts["dockerfile"]) if opts.get("dockerfile") else None,
-                         map_paths=opts.get("map-path", ()), check=check, cwd=cwd)
+    options = LoadOptions(
+        overrides=opts.get("set", ()),
+        images=opts.get("image", ()),
+        dockerfile=str(cwd / opts["dockerfile"]) if opts.get("dockerfile") else None,
+        map_paths=opts.get("map-path", ()),
+        check=check,
+        cwd=cwd,
+    )
+    loaded = load_parsed(job.parsed, options, source=job.source, path=job.config, base_dir=cwd)
     return loaded, job

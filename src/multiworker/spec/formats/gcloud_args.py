@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import Parsed
+from multiworker.spec.formats.common import Parsed
 
 __all__ = ["Flag", "Line", "GcloudJob", "parse_line", "split_list", "enum_name", "LOCAL_FLAGS"]
 

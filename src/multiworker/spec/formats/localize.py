@@ -18,12 +18,15 @@ import sys
 import tarfile
 import tempfile
 import zipfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import Parsed
+from multiworker.spec.formats.common import Parsed
 from multiworker.spec.formats.dockerfile import Dockerfile, read_dockerfile
+from multiworker.spec.formats.options import LoadOptions
+from multiworker.spec.load import spec_from_dict
+from multiworker.spec.model import Program
 
 __all__ = ["PathMap", "localize", "parse_images"]
 
@@ -35,7 +38,7 @@ _PYTHON_FLAGS = {"-u", "-B", "-O", "-OO", "-E", "-s", "-S", "-I"}
 class PathMap:
     """``gs://bucket[/prefix]=LOCAL`` pairs; the longest prefix wins. ``/gcs/bucket`` (Vertex's mount) too."""
 
-    def __init__(self, items: list[str] | tuple[str, ...], *, cwd: Path):
+    def __init__(self, items: Iterable[str], *, cwd: Path):
         self.pairs: list[tuple[str, Path]] = []
         for item in items:
             cloud, sep, local = item.partition("=")
@@ -65,7 +68,7 @@ class PathMap:
         return _GS.sub(local, text)
 
 
-def parse_images(items: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
+def parse_images(items: Iterable[str]) -> dict[str, list[str]]:
     """``IMAGE=COMMAND`` options -> {image: argv}."""
     out: dict[str, list[str]] = {}
     for item in items:
@@ -81,15 +84,22 @@ def parse_images(items: list[str] | tuple[str, ...]) -> dict[str, list[str]]:
     return out
 
 
-def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dockerfile: str | None,
-             paths: PathMap, source: str, cwd: Path, home: Path, strict: bool,
-             unpack: bool = True) -> tuple[dict, list[str]]:
-    """A copy of ``native`` that runs here, and notes about what changed on the way."""
+def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
+             home: Path) -> tuple[dict, list[str]]:
+    """A copy of ``native`` (a well-formed native spec dict) that runs here, and notes about what changed.
+
+    ``home``: where package archives are unpacked (MULTIWORKER_HOME).
+    """
+    cwd = options.directory()
+    images = parse_images(options.images)
+    paths = PathMap(options.map_paths, cwd=cwd)
+    strict, unpack = options.check, options.unpack
     native = copy.deepcopy(native)
     notes: list[str] = []
     cloud = parsed.format != "native"
     _map_paths(native, parsed, paths, source=source, strict=strict)
-    df = read_dockerfile(dockerfile) if dockerfile else None
+    spec = spec_from_dict(native, source=source)  # for each pool's program, as the launcher resolves it
+    df = read_dockerfile(options.dockerfile) if options.dockerfile else None
     if df is not None and df.env:
         notes.append(f"{df.path}: ENV is not applied locally ({', '.join(df.env)}); set `env` in the spec if needed")
     used: set[str] = set()
@@ -97,19 +107,20 @@ def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dock
     for role, pool in pools.items():
         if not isinstance(pool, dict) or not pool.get("replicas", 1):
             continue
-        prog = _resolved(native, pool)
+        prog = spec.resolved(role)
+        args = list(prog.args or [])
         where = f"pools.{role}"
         if role in parsed.packages:
             _use_packages(pool, prog, parsed.packages[role], paths, source=source, cwd=cwd, home=home, strict=strict,
                           unpack=unpack)
             continue
-        image = prog["image"]
+        image = prog.image
         entry = _entry_for(image, images, used)
-        if prog["module"] is None and prog["command"] is None:
+        if prog.module is None and prog.command is None:
             if entry is not None:
-                argv, wd = [*entry, *prog["args"]], cwd
+                argv, wd = [*entry, *args], cwd
             elif df is not None:
-                argv, ignored = df.argv(prog["args"])
+                argv, ignored = df.argv(args)
                 wd = _docker_workdir(df, parsed.workdirs.get(role), source=source)
                 if ignored:
                     notes.append(f"{df.path}: ENTRYPOINT is in shell form, so Docker ignores the args of {where}; "
@@ -123,37 +134,20 @@ def localize(native: dict, parsed: Parsed, *, images: dict[str, list[str]], dock
                 )
             else:
                 continue
-            _set_program(pool, argv, df if entry is None else None, None if prog["working_dir"] else wd)
+            _set_program(pool, argv, df if entry is None else None, None if prog.working_dir else wd)
         elif cloud:
-            wd = cwd
-            if entry is None and df is not None:
-                wd = _docker_workdir(df, parsed.workdirs.get(role), source=source)
-            argv = (["python", "-m", prog["module"]] if prog["module"] else list(prog["command"])) + prog["args"]
-            if prog["working_dir"] is not None:
-                wd = None
-            _set_program(pool, argv, df if entry is None else None, wd)
+            wd = _docker_workdir(df, parsed.workdirs.get(role), source=source) if entry is None and df is not None else cwd
+            argv = (["python", "-m", prog.module] if prog.module else list(prog.command or [])) + args
+            _set_program(pool, argv, df if entry is None else None, None if prog.working_dir is not None else wd)
         elif entry is not None or df is not None:
             notes.append(f"{where} sets its own program, so --image/--dockerfile do not change it")
     unused = [i for i in images if i not in used]
     if unused and strict:
-        known = sorted({p.get("image") or native.get("image") for p in pools.values() if isinstance(p, dict)} - {None})
+        images_of = (p.get("image") or native.get("image") for p in pools.values() if isinstance(p, dict))
+        known = sorted({image for image in images_of if image is not None})
         raise SpecError(f"{unused[0]} is not an image of this job (its images: {', '.join(known) or 'none'})",
                         source="--image")
     return native, notes
-
-
-def _resolved(native: dict, pool: dict) -> dict[str, Any]:
-    module, command = pool.get("module"), pool.get("command")
-    if module is None and command is None:
-        module, command = native.get("module"), native.get("command")
-    args = pool.get("args") if pool.get("args") is not None else native.get("args")
-    return {
-        "module": module,
-        "command": shlex.split(command) if isinstance(command, str) else command,
-        "args": shlex.split(args) if isinstance(args, str) else [str(a) for a in args or []],
-        "image": pool.get("image") or native.get("image"),
-        "working_dir": pool.get("working_dir", native.get("working_dir")),
-    }
 
 
 def _entry_for(image: str | None, images: dict[str, list[str]], used: set[str]) -> list[str] | None:
@@ -233,11 +227,12 @@ def _map_paths(native: dict, parsed: Parsed, paths: PathMap, *, source: str, str
             map_in(pool, f"pools.{role}.")
 
 
-def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths: PathMap, *, source: str,
+def _use_packages(pool: dict, prog: Program, packages: list[tuple[str, str]], paths: PathMap, *, source: str,
                   cwd: Path, home: Path, strict: bool, unpack: bool = True) -> None:
     """Run the pool's module from its packages. Without ``unpack`` (validate), an archive is checked
     from its index only (safe members, bounded size, the module inside), and nothing is written."""
-    module = prog["module"]
+    module = prog.module or ""
+    args = list(prog.args or [])
     top = module.split(".")[0]
     roots: list[Path] = []
     for uri, field in packages:
@@ -254,7 +249,7 @@ def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths
             names = {name.strip("/") for name, _ in _archive_members(path)}
             if any(n.split("/")[i:i + 1] == [top] or n.split("/")[i:i + 1] == [f"{top}.py"]
                    for n in names for i in range(3)):
-                pool["module"], pool["args"], pool["working_dir"] = module, prog["args"], str(path)
+                pool["module"], pool["args"], pool["working_dir"] = module, args, str(path)
                 pool.pop("command", None)
                 return
             continue
@@ -265,7 +260,7 @@ def _use_packages(pool: dict, prog: dict, packages: list[tuple[str, str]], paths
         raise SpecError(f"module {module!r} is in none of the packages ({', '.join(u for u, _ in packages)})",
                         source=source, field=packages[0][1])
     main_root, main = found[0]
-    pool["module"], pool["args"], pool["working_dir"] = module, prog["args"], str(main)
+    pool["module"], pool["args"], pool["working_dir"] = module, args, str(main)
     pool.pop("command", None)
     others = [str(c) for root in roots if root != main_root for c in _candidates(root)]
     if others:

@@ -10,7 +10,7 @@ from pydantic import ConfigDict
 from pydantic.alias_generators import to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import (
+from multiworker.spec.formats.common import (
     CamelModel,
     Parsed,
     Str,
@@ -21,7 +21,8 @@ from multiworker.spec.formats._common import (
     validate,
 )
 
-__all__ = ["parse", "REPLICA_TYPES", "CONTAINER", "RESTART_STRICTNESS", "INSTANCE_TYPE_LABEL", "ACCELERATOR_LABEL"]
+__all__ = ["parse", "REPLICA_TYPES", "CONTAINER", "RESTART_STRICTNESS", "INSTANCE_TYPE_LABEL", "ACCELERATOR_LABEL",
+           "GPU_RESOURCE", "AIP_DIRS"]
 
 # Replica type -> native role; Master is a chief whose TF_CONFIG task type is `master`.
 REPLICA_TYPES = {"Chief": "chief", "Master": "chief", "Worker": "worker", "PS": "ps", "Evaluator": "evaluator"}
@@ -31,6 +32,8 @@ INSTANCE_TYPE_LABELS = ("node.kubernetes.io/instance-type", "beta.kubernetes.io/
 INSTANCE_TYPE_LABEL = INSTANCE_TYPE_LABELS[0]
 ACCELERATOR_LABEL = "cloud.google.com/gke-accelerator"
 GPU_RESOURCE = "nvidia.com/gpu"
+# The output directory reaches the program as the AIP_* variables the local launcher sets.
+AIP_DIRS = {"AIP_MODEL_DIR": "model", "AIP_CHECKPOINT_DIR": "checkpoints", "AIP_TENSORBOARD_LOG_DIR": "logs"}
 
 # Pod and container fields of the CRD (kubeflow/training-operator v1.9.0) by the kind of note they get.
 _POD_KINDS = {
@@ -203,8 +206,6 @@ def _legacy_run_policy(data: Any, *, source: str) -> tuple[Any, list[str]]:
 
 def _output_dir(pools: dict[str, dict]) -> str | None:
     """The output directory when every pool's env holds the AIP_* trio under one base (as converted)."""
-    from multiworker.spec.formats.to_tfjob import AIP_DIRS
-
     bases = set()
     for pool in pools.values():
         env = pool.get("env") or {}

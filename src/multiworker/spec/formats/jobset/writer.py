@@ -17,15 +17,16 @@ import re
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.k8s_entry import ENTRY
-from multiworker.spec.formats import to_tfjob
-from multiworker.spec.formats.convert import (
+from multiworker.spec.formats.jobset.reader import ENTRY
+from multiworker.spec.formats.target import (
     Target,
     cloud_path,
     env_list,
     safe_name,
     seconds,
 )
+from multiworker.spec.formats.tfjob import writer as to_tfjob
+from multiworker.spec.formats.tfjob.reader import CONTAINER
 
 __all__ = ["write", "PORT", "API_VERSION", "hostnames", "PROGRAM_ERROR_RULE", "DEADLINE_RULE"]
 
@@ -110,7 +111,7 @@ def _replicated_job(t: Target, role: str, replicas: int, cluster: str, output: s
     if exit_code:
         job["podFailurePolicy"] = {"rules": [{
             "action": "FailJob",
-            "onExitCodes": {"containerName": to_tfjob.CONTAINER, "operator": "In", "values": list(range(1, 128))},
+            "onExitCodes": {"containerName": CONTAINER, "operator": "In", "values": list(range(1, 128))},
         }]}
     if role == "worker" and "chief" not in t.spec.replica_counts() and t.spec.run_policy.success_policy == "chief":
         job["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}  # worker 0 decides, as the chief would

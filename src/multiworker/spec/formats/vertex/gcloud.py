@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats import vertex
-from multiworker.spec.formats._common import Parsed, job_name
+from multiworker.spec.formats.common import Parsed, job_name
 from multiworker.spec.formats.gcloud_args import Flag, GcloudJob, Line, enum_name
+from multiworker.spec.formats.vertex import reader as vertex
 from multiworker.spec.load import read_yaml
 
 __all__ = ["CREATE", "LOCAL_RUN", "create", "local_run"]
@@ -139,7 +139,7 @@ def _flag_pools(specs: list[dict], uris: list[str] | None, cwd: Path, command: s
         raise SpecError("is not allowed with local-package-path (gcloud builds the image from that directory)",
                         source=command, field="--python-package-uris")
     autopackage = _autopackage(specs[0], cwd, command) if local else None
-    pools = []
+    pools: list[dict[str, Any]] = []
     for spec in specs:
         if not spec:
             pools.append({})

@@ -5,26 +5,25 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from multiworker.spec.formats.convert import (
+from multiworker.spec.formats.target import (
     Target,
     cloud_path,
     env_list,
     safe_name,
     seconds,
 )
-from multiworker.spec.formats.tfjob import (
+from multiworker.spec.formats.tfjob.reader import (
     ACCELERATOR_LABEL,
+    AIP_DIRS,
     CONTAINER,
     GPU_RESOURCE,
     INSTANCE_TYPE_LABEL,
 )
 
-__all__ = ["write", "pod", "AIP_DIRS", "CONTAINER"]
+__all__ = ["write", "pod", "REPLICA_TYPE"]
 
 PLATFORM = "Kubeflow TFJob"
 REPLICA_TYPE = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
-# The output directory reaches the program as the AIP_* variables the local launcher sets.
-AIP_DIRS = {"AIP_MODEL_DIR": "model", "AIP_CHECKPOINT_DIR": "checkpoints", "AIP_TENSORBOARD_LOG_DIR": "logs"}
 _MACHINE = ("machine_type", "accelerator_type", "accelerator_count", "cpu", "memory")
 
 

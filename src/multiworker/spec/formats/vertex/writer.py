@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from multiworker.spec.formats.convert import (
+from multiworker.spec.formats.target import (
     DEFAULT_MACHINE_TYPE,
     Target,
     cloud_path,
     env_list,
     seconds,
 )
-from multiworker.spec.formats.vertex import POOL_ROLES
+from multiworker.spec.formats.vertex.reader import POOL_ROLES
 
 __all__ = ["write"]
 

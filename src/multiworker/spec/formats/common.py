@@ -57,6 +57,7 @@ def _scalar_to_str(value: Any) -> Any:
 Str = Annotated[str, BeforeValidator(_scalar_to_str)]
 
 T = typing.TypeVar("T")
+M = typing.TypeVar("M", bound=BaseModel)
 
 
 def _one_to_list(value: Any) -> Any:
@@ -181,7 +182,7 @@ def keys_of(model: type[BaseModel], style: str = "camel") -> list[str]:
     return [to_snake(n) for n in names] if style == "snake" else names
 
 
-def unknown_key(key: str, allowed: typing.Iterable[str], *, source: str, field: str) -> SpecError:
+def unknown_key(key: str, allowed: typing.Iterable[str], *, source: str, field: str | None) -> SpecError:
     """The error for a key that is not allowed here, with a did-you-mean hint."""
     allowed = list(allowed)
     hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
@@ -192,7 +193,7 @@ def unknown_key(key: str, allowed: typing.Iterable[str], *, source: str, field: 
     return SpecError(f"unknown key `{key}`; {fix}", source=source, field=field)
 
 
-def validate(model: type[BaseModel], data: Any, *, source: str, prefix: str = "", style: str = "camel"):
+def validate(model: type[M], data: Any, *, source: str, prefix: str = "", style: str = "camel") -> M:
     """``model.model_validate(data)``; the most specific problem becomes a one-line SpecError."""
     if not isinstance(data, dict):
         what = "a mapping" if data is not None else "a mapping, not empty"

@@ -5,18 +5,19 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from multiworker.spec.formats.aiplatform import (
+from multiworker.spec.formats.aiplatform.reader import (
     JOB_DIR_FLAG,
     SINGLE_MACHINE_TIERS,
     TIERS,
 )
-from multiworker.spec.formats.convert import (
+from multiworker.spec.formats.target import (
     DEFAULT_MACHINE_TYPE,
     Target,
     cloud_path,
     safe_name,
     seconds,
 )
+from multiworker.spec.model import Program
 
 __all__ = ["write"]
 
@@ -29,13 +30,15 @@ def write(t: Target) -> dict:
     spec = t.spec
     roles = t.roles(PLATFORM, "master")
     job_dir = _job_dir(t, [r for _, _, r in roles])
-    programs = {}
+    programs: dict[str, tuple[Program, list[str] | None, list[str], int]] = {}
     for role, replicas, program_role in roles:
         program = t.program(program_role)
         if program.env:
-            t.lose(f"pools.{program_role}.env" if spec.pools[program_role].env else "env",
+            t.lose(f"pools.{program_role}.env" if spec.pool(program_role).env else "env",
                    "AI Platform Training cannot set environment variables")
-        args = _strip_job_dir(list(program.args or []), job_dir)
+        args = list(program.args or [])
+        stripped = _strip_job_dir(args, job_dir)  # never None: job_dir is set only when every pool passes it
+        args = args if stripped is None else stripped
         programs[role] = (program, t.command(program), args, replicas)
     ti: dict[str, Any] = {"scaleTier": "CUSTOM"}
     master_image = programs["chief"][0].image
@@ -67,7 +70,8 @@ def write(t: Target) -> dict:
     return {"jobId": name, "trainingInput": ti}
 
 
-def _config(image: str, master_image: str, role: str, command, args, machine: dict) -> dict:
+def _config(image: str | None, master_image: str | None, role: str, command: list[str] | None, args: list[str],
+            machine: dict) -> dict:
     config: dict[str, Any] = {}
     if role == "chief" or image != master_image:
         config["imageUri"] = image

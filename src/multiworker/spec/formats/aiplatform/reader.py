@@ -9,7 +9,7 @@ from typing import Any
 from pydantic.alias_generators import to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import (
+from multiworker.spec.formats.common import (
     CamelModel,
     Many,
     Parsed,
@@ -21,7 +21,7 @@ from multiworker.spec.formats._common import (
 )
 from multiworker.spec.model import parse_duration
 
-__all__ = ["parse", "TIERS", "JOB_DIR_FLAG"]
+__all__ = ["parse", "TIERS", "SINGLE_MACHINE_TIERS", "JOB_DIR_FLAG"]
 
 # (role, field prefix) in TensorFlow's order; the master is the chief.
 TIERS = (("chief", "master"), ("worker", "worker"), ("ps", "parameterServer"), ("evaluator", "evaluator"))
@@ -115,9 +115,9 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     """Read a trainingInput (top level or under ``trainingInput:``) into a native spec dict."""
     parsed = Parsed(format="aiplatform", native={})
     if isinstance(data, dict) and ("trainingInput" in data or "training_input" in data):
-        job = validate(Job, data, source=source)
-        ti, prefix, name = job.training_input, "trainingInput.", job.job_id
-        if job.labels:
+        envelope = validate(Job, data, source=source)
+        ti, prefix, name = envelope.training_input, "trainingInput.", envelope.job_id
+        if envelope.labels:
             parsed.drop("tracking", "labels")
     else:
         ti, prefix, name = validate(TrainingInput, data, source=source), "", None

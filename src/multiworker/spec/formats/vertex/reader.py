@@ -9,7 +9,7 @@ from typing import Any
 from pydantic.alias_generators import to_camel, to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats._common import (
+from multiworker.spec.formats.common import (
     CamelModel,
     Many,
     Parsed,
@@ -21,7 +21,7 @@ from multiworker.spec.formats._common import (
 )
 from multiworker.spec.model import parse_duration
 
-__all__ = ["parse", "POOL_ROLES"]
+__all__ = ["parse", "POOL_ROLES", "VertexJobOutput"]
 
 POOL_ROLES = ("chief", "worker", "ps", "evaluator")
 
@@ -171,12 +171,12 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
         if output:
             parsed.origins["output_dir"] = "base_output_dir"
     elif isinstance(data, dict) and ("jobSpec" in data or "job_spec" in data):
-        job = validate(CustomJob, data, source=source, style=style)
-        spec, name, prefix = job.job_spec, job.display_name, key("jobSpec")
+        custom_job = validate(CustomJob, data, source=source, style=style)
+        spec, name, prefix = custom_job.job_spec, custom_job.display_name, key("jobSpec")
         pools_field = f"{prefix}.{key('workerPoolSpecs')}"
-        if job.labels:
+        if custom_job.labels:
             parsed.drop("tracking", key("labels"))
-        if job.encryption_spec:
+        if custom_job.encryption_spec:
             parsed.drop("network", key("encryptionSpec"))
     else:
         spec = validate(CustomJobSpec, data, source=source, style=style)
@@ -261,7 +261,7 @@ def _pool(parsed: Parsed, role: str, pool: WorkerPoolSpec, replicas: int, *, sou
         if container.command and "module" not in out:
             parsed.origins[f"pools.{role}.command"] = f"{spec_field}.command"
         env = container.env
-    else:
+    elif package:
         spec_field = f"{where}.{key('pythonPackageSpec')}"
         out["image"] = package.executor_image_uri
         out["module"] = package.python_module

@@ -13,9 +13,13 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.errors import SpecError
-from multiworker.k8s_entry import ENTRY
-from multiworker.spec.formats import tfjob
-from multiworker.spec.formats._common import Parsed
+from multiworker.spec.formats.common import Parsed
+from multiworker.spec.formats.schema import check_schema
+from multiworker.spec.formats.tfjob import reader as tfjob
+
+#: The container command prefix that runs ``multiworker.k8s_entry`` (TF_CONFIG from the pod's JobSet
+#: index) before the trainer's own command; written by the JobSet writer, taken off by the reader.
+ENTRY = ["python", "-m", "multiworker.k8s_entry", "--"]
 
 __all__ = ["parse"]
 
@@ -25,8 +29,6 @@ _OWN_ENV = ("MW_CLUSTER", "MW_ROLE", "MW_CHIEF_TASK_TYPE")
 
 def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     """Read a JobSet manifest into a native spec dict (through the TFJob reader)."""
-    from multiworker.spec.formats._schema import check_schema
-
     check_schema(data, "jobset", source=source)
     spec = data["spec"]
     failure = spec.get("failurePolicy") or {}

@@ -11,7 +11,7 @@ import copy
 from pathlib import Path
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats import aiplatform
+from multiworker.spec.formats.aiplatform import reader as aiplatform
 from multiworker.spec.formats.gcloud_args import Flag, GcloudJob, Line, enum_name
 from multiworker.spec.load import read_yaml
 
