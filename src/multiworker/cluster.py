@@ -48,7 +48,7 @@ class ReplicaId:
         return self.name
 
     @classmethod
-    def parse(cls, text: str) -> "ReplicaId":
+    def parse(cls, text: str) -> ReplicaId:
         role, sep, index = text.strip().rpartition("-")
         if not sep or role not in ROLES or not index.isdigit():
             raise ValueError(f"{text!r} is not a replica name; write it like worker-1 or chief-0")

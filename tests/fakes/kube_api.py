@@ -71,7 +71,7 @@ class FakeKube:
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
     # -- lifecycle ------------------------------------------------------------------------------
-    def __enter__(self) -> "FakeKube":
+    def __enter__(self) -> FakeKube:
         self.thread.start()
         return self
 

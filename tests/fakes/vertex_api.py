@@ -44,7 +44,7 @@ _INT64 = {"replicaCount", "bootDiskSizeGb", "acceleratorCount"}
 
 
 def _now() -> str:
-    return dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def canonical(doc):
@@ -86,7 +86,7 @@ class FakeGoogle:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> "FakeGoogle":
+    def __enter__(self) -> FakeGoogle:
         self._thread.start()
         return self
 
@@ -243,7 +243,7 @@ class FakeGoogle:
                                        "(or it may not exist).")
                 try:
                     body = _decode_custom_job(raw)
-                except Exception as exc:  # what the server says of a body it cannot parse
+                except Exception as exc:  # noqa: BLE001 - what the server says of a body it cannot parse
                     return self._error(400, "INVALID_ARGUMENT", f"Invalid JSON payload received. {exc}")
                 with fake._lock:
                     fake.created.append(body)

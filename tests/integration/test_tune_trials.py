@@ -59,7 +59,7 @@ def test_interrupted_study_resumes_with_only_the_rest(mw_home, tmp_path):
             seen.append(line)
             if line.startswith("trial 3 started"):
                 job_id = line.split("job ")[1].split()[0]
-                wait_for(lambda: Store(mw_home).get_job(job_id).state == "Running", timeout=60)
+                wait_for(lambda job_id=job_id: Store(mw_home).get_job(job_id).state == "Running", timeout=60)
                 time.sleep(0.5)  # trial 3 is mid-run
                 proc.send_signal(signal.SIGINT)
                 break

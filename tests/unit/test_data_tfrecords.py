@@ -73,7 +73,7 @@ def test_round_trip_counts_labels_shapes(image_tree, tmp_path):
     assert manifest["counts"] == expected
     assert sum(manifest["counts_per_class"]["val"].values()) == expected["val"]
     assert {s["file"] for s in manifest["skipped"]} == BAD
-    for split, names in manifest["shards"].items():
+    for names in manifest["shards"].values():
         assert len(names) == 2
         assert all((dst / n).is_file() for n in names)
     assert not [p for p in os.listdir(dst) if ".tmp" in p]

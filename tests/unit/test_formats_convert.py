@@ -109,7 +109,7 @@ def test_same_format_round_trip_is_identity_for_fixtures():
         parsed = parse_job(CLOUD / name)
         doc, _ = convert(parsed, fmt, source=name)
         again = parse_job(CLOUD / name, format=fmt, data=doc)
-        dump = lambda p: spec_from_dict(p.native, source=name).model_dump(exclude={"name"})  # noqa: E731
+        dump = lambda p, name=name: spec_from_dict(p.native, source=name).model_dump(exclude={"name"})  # noqa: E731
         assert dump(again) == dump(parsed), name
 
 

@@ -85,7 +85,7 @@ class Backend(abc.ABC):
                 raise UserError(f"{flag}: not an option of the {self.name} backend (its options: {known})") from None
             raise UserError(f"{flag}: {err['msg']} (got {err.get('input')!r})") from None
 
-    def check(self, loaded: "LoadedSpec", options: BackendOptions) -> list[str]:
+    def check(self, loaded: LoadedSpec, options: BackendOptions) -> list[str]:
         """Refuse (``UserError`` naming the field and the fix) a spec this backend cannot run,
         before anything is created anywhere; return notes to print."""
         return []
@@ -137,11 +137,11 @@ class ReplicaGroup(abc.ABC):
     """
 
     @abc.abstractmethod
-    def place(self, replicas: list["ReplicaId"], attempt: int) -> dict["ReplicaId", "Placement"]:
+    def place(self, replicas: list[ReplicaId], attempt: int) -> dict[ReplicaId, Placement]:
         """Reserve a node and a free port for every replica; return where each will listen."""
 
     @abc.abstractmethod
-    def start(self, replica: "ReplicaId", cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
+    def start(self, replica: ReplicaId, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
         """Start one replica (own session, dies with its parent); its output ends up in
         ``log_path`` on this machine. Return its pid (on its node).
 
@@ -150,18 +150,18 @@ class ReplicaGroup(abc.ABC):
         (``multiworker.procs.child_environ(env)`` on that node)."""
 
     @abc.abstractmethod
-    def poll(self) -> dict["ReplicaId", int | None]:
+    def poll(self) -> dict[ReplicaId, int | None]:
         """Every started replica's raw exit code, None while it runs."""
 
     @abc.abstractmethod
-    def signal(self, replica: "ReplicaId", signum: int) -> bool:
+    def signal(self, replica: ReplicaId, signum: int) -> bool:
         """Send a signal to the replica's process group; False if it was not running."""
 
     @abc.abstractmethod
-    def stop(self, replicas: list["ReplicaId"], grace: float) -> None:
+    def stop(self, replicas: list[ReplicaId], grace: float) -> None:
         """SIGTERM, then SIGKILL after ``grace`` seconds; return once all have exited."""
 
-    def read_log(self, replica: "ReplicaId") -> bytes:
+    def read_log(self, replica: ReplicaId) -> bytes:
         """New output since the last call (remote groups copy it into ``log_path`` first)."""
         return b""
 
@@ -169,7 +169,7 @@ class ReplicaGroup(abc.ABC):
         """(replica name, CPU %, RSS bytes) for each running replica; empty if unknown."""
         return []
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: a group that holds nothing has nothing to release
         """Release everything the group holds (actors, placement groups, reserved ports)."""
 
 

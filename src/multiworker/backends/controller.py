@@ -206,9 +206,9 @@ class GroupController:
             for rid in exit_order(newly):
                 rep = self.replicas[rid]
                 rep.returncode = newly[rid]
-                exits[rid] = rep.exit_code
+                code = exits[rid] = normalize_exit_code(newly[rid])
                 self._record_exit(rep)
-                decision = decide(self.spec, rid, rep.exit_code, exits, self.restarts)
+                decision = decide(self.spec, rid, code, exits, self.restarts)
                 if decision is Decision.SUCCEED:
                     self._finish_success()
                     return "succeeded", f"{rid} succeeded"
@@ -284,6 +284,7 @@ class GroupController:
         failed = [r for r in self.replicas.values() if r is not root and r.exit_code and not r.stopped_by_us]
 
         def as_failure(r: _Replica) -> ReplicaFailure:
+            assert r.returncode is not None  # only replicas whose exit is recorded are summarized
             return ReplicaFailure(r.rid.name, r.pid, r.returncode, r.log_path)
 
         return summarize(as_failure(root), [as_failure(r) for r in failed])

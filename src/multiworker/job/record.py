@@ -38,7 +38,7 @@ class RunOptions:
     trial: int | None = None
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "RunOptions":
+    def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         return cls(trainer_args=tuple(data.get("trainer_args") or ()),
                    inject_failures=tuple(data.get("inject_failures") or ()),
                    notes=tuple(data.get("notes") or ()), study=data.get("study"), trial=data.get("trial"))
@@ -80,7 +80,7 @@ class JobRecord:
         object.__setattr__(self, "_spec_json", spec_json)
 
     @classmethod
-    def from_row(cls, row: dict[str, Any]) -> "JobRecord":
+    def from_row(cls, row: dict[str, Any]) -> JobRecord:
         options = json.loads(row.get("options_json") or "{}")
         return cls(
             id=row["id"], name=row["name"], state=JobState(row["state"]), backend=row["backend"],

@@ -49,7 +49,7 @@ class ReplicaState(str, enum.Enum):
         return self in (ReplicaState.PENDING, ReplicaState.RUNNING)
 
     @classmethod
-    def of(cls, value: str | None) -> "ReplicaState":
+    def of(cls, value: str | None) -> ReplicaState:
         """A recorded or reported state; one this vocabulary lacks reads as Unknown."""
         try:
             return cls(value)

@@ -137,7 +137,7 @@ class Views:
             terminal = JobState(row["state"]).is_terminal
             # A finished job's headline never changes: keep it; a running one's is read again.
             row["headline"] = self._cache.get(("headline", row["id"], row["state"]), None if terminal else self.ttl,
-                                              lambda: self._headline(store, row["id"]))
+                                              lambda job_id=row["id"]: self._headline(store, job_id))
         backends = {j.id: j.backend for j in store.list_jobs(limit)}
         for row in rows:
             row["backend"] = backends.get(row["id"], "local")

@@ -59,7 +59,7 @@ class KubernetesBackend(Backend):
 
     Options = KubernetesOptions
 
-    def check(self, loaded: "LoadedSpec", options: KubernetesOptions) -> list[str]:
+    def check(self, loaded: LoadedSpec, options: KubernetesOptions) -> list[str]:
         source = str(loaded.path)
         check_paths(loaded.spec, loaded.base_dir, source=source)
         _, notes = build(loaded.spec, options.manifest_options(), job_id="0" * 8, source=source)
@@ -81,7 +81,7 @@ class KubernetesBackend(Backend):
         journal.platform_owned = True
         return Mirror(journal, cluster, KINDS[handle["api"]], handle, watch_timeout=options.watch_timeout).run()
 
-    def _create(self, record: JobRecord, options: KubernetesOptions, cluster: "Cluster", journal: Journal) -> dict:
+    def _create(self, record: JobRecord, options: KubernetesOptions, cluster: Cluster, journal: Journal) -> dict:
         from multiworker.backends.kubernetes.api import KINDS
 
         spec = _with_trainer_args(record.spec, record)

@@ -147,7 +147,7 @@ def connect(context: str | None = None) -> Cluster:
     return Cluster(client.ApiClient(configuration), context=name, server=configuration.host, namespace=namespace)
 
 
-def delete_object(cluster: "Cluster", kind: "Kind", namespace: str, name: str) -> None:
+def delete_object(cluster: Cluster, kind: Kind, namespace: str, name: str) -> None:
     """Delete the object (Foreground: its Jobs and pods first) and any pod left with its label."""
     from kubernetes.client.exceptions import ApiException
 

@@ -44,7 +44,7 @@ class VertexOptions(BackendOptions):
         None, description="image that runs Python-module pools (default: prebuilt TensorFlow)")
     allow_loss: bool = Field(False, description="note, instead of refusing, settings Vertex AI cannot hold")
 
-    def resolved(self) -> "VertexOptions":
+    def resolved(self) -> VertexOptions:
         """With the project from the environment's gcloud config; a one-line error when none is known."""
         project = self.project or os.environ.get("GOOGLE_CLOUD_PROJECT") or os.environ.get("CLOUDSDK_CORE_PROJECT")
         if not project:

@@ -129,7 +129,7 @@ def plan_job(spec: JobSpec, *, job_id: str, region: str, image: str | None = Non
     if "baseOutputDirectory" not in job_spec and staging_bucket:
         job_spec["baseOutputDirectory"] = {"outputUriPrefix": f"{staging_bucket.rstrip('/')}/multiworker/{job_id}/output"}
     package_pools = []
-    for position, (role, _n, program_role) in enumerate(pools):
+    for role, _n, program_role in pools:
         pool = job_spec["workerPoolSpecs"][POOL_ROLES.index(role)]
         container = pool["containerSpec"]
         if trainer_args:

@@ -37,7 +37,7 @@ def _parse(ts: str) -> dt.datetime:
     """An RFC 3339 timestamp (up to nanoseconds, as Cloud Logging writes them) as an aware datetime."""
     match = _TS.match(ts)
     if not match:
-        return dt.datetime.now(dt.timezone.utc)
+        return dt.datetime.now(dt.UTC)
     zone = match.group(3) or "Z"
     text = f"{match.group(1)}.{(match.group(2) or '0')[:6].ljust(6, '0')}{'+00:00' if zone == 'Z' else zone}"
     return dt.datetime.fromisoformat(text)
@@ -60,7 +60,7 @@ class LogReader:
     def _filter(self) -> str:
         parts = ['resource.type="ml_job"', f'resource.labels.job_id="{self.job_number}"']
         if self.since is not None:
-            start = (self.since - LOOKBACK).astimezone(dt.timezone.utc)
+            start = (self.since - LOOKBACK).astimezone(dt.UTC)
             parts.append(f'timestamp>="{start.strftime("%Y-%m-%dT%H:%M:%S.%fZ")}"')
         return " AND ".join(parts)
 

@@ -99,7 +99,7 @@ def runtime_sdist(outdir: Path, *, tf_minor: int | None) -> Path:
         shutil.copytree(root / "trainer", dest / "trainer", ignore=_SKIP)
         for name in ("__init__.py", "metrics_line.py"):
             shutil.copy2(root / name, dest / name)
-        deps = f'["tf-keras=={"2.%d" % tf_minor}.*"]' if tf_minor else "[]"
+        deps = f'["tf-keras==2.{tf_minor}.*"]' if tf_minor else "[]"
         (Path(tmp) / "pyproject.toml").write_text(
             '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
             f'[project]\nname = "multiworker"\nversion = "{multiworker.__version__}"\ndependencies = {deps}\n\n'

@@ -17,7 +17,7 @@ SCHEMAS = {
 }
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_schema(fmt: str) -> dict:
     name, _ = SCHEMAS[fmt]
     return json.loads(resources.files("multiworker").joinpath("schemas", name).read_text(encoding="utf-8"))
