@@ -29,8 +29,9 @@ _DIES_WITH_DRIVER = "Ray ended the driver's actors, and every replica with its a
 
 class RayOptions(BackendOptions):
     ray_address: str | None = Field(None, description="the cluster's head, HOST:PORT (default: RAY_ADDRESS, as in Ray)")
-    placement: Literal["spread", "pack"] | None = Field(
-        None, description="spread the replicas over the nodes (default) or pack them onto as few as fit")
+    placement: Literal["spread", "strict_spread", "pack"] | None = Field(
+        None, description="how replicas spread over the nodes: spread (default), strict_spread (one replica per "
+        "node), pack (as few nodes as fit); overrides the spec's placement")
 
 
 def _address(options: RayOptions) -> str | None:
