@@ -64,9 +64,8 @@ class RayGroup(ReplicaGroup):
     """Replicas of a job on a Ray cluster. ``place`` is called once per attempt, ``close`` after it.
 
     ``placement_timeout``: how long ``place`` waits for busy resources (the placement group; past it
-    the attempt is a :class:`StartFailed`, retried by the restart policy) and for the actors to report
-    their ports; default: the environment variable ``MULTIWORKER_RAY_PLACEMENT_TIMEOUT`` (seconds),
-    else 60."""
+    the attempt is a :class:`StartFailed`, retried by the restart policy); default: the environment
+    variable ``MULTIWORKER_RAY_PLACEMENT_TIMEOUT`` (seconds), else 60."""
 
     def __init__(self, spec: JobSpec, job_id: str, *, base_dir: Path, output_dir: str,
                  address: str | None = None, placement: str | None = None, placement_timeout: float | None = None):
@@ -112,7 +111,10 @@ class RayGroup(ReplicaGroup):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i),
             ).remote(self.job_id, rid.name)
         try:
-            infos = ray.get([a.reserve.remote() for a in self._actors.values()], timeout=self.placement_timeout)
+            # the actors' start (a worker process, the shipped working_dir) is not bounded by a short
+            # wait for busy resources
+            infos = ray.get([a.reserve.remote() for a in self._actors.values()],
+                            timeout=max(self.placement_timeout, _CALL_TIMEOUT))
         except ray.exceptions.RuntimeEnvSetupError as exc:
             self.close()
             raise UserError(f"working_dir: Ray could not ship it to the nodes as a runtime_env "
