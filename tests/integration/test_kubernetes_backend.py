@@ -69,7 +69,7 @@ def test_jobset_pod_fails_once_restarts_and_succeeds(fake, tmp_path):
     assert state is JobState.SUCCEEDED
     job = store.get_job(job_id)
     assert (job.state, job.restarts) == ("Succeeded", 1)
-    handle = json.loads(job.handle_json)
+    handle = job.handle
     assert handle == {"api": "jobset", "namespace": "ml", "name": f"mnist-{job_id[:6]}", "context": "fake",
                       "server": fake.url}
     created = fake.get("jobsets", "ml", handle["name"])

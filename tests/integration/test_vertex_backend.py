@@ -100,7 +100,7 @@ def test_container_job_body_console_link_and_success(tmp_path, mw_home, fake):
     assert not any(fake.buckets.values()), "a container job uploads nothing"
     store = Store(mw_home)
     job = store.list_jobs()[0]
-    number = json.loads(job.handle_json)["resource_name"].rsplit("/", 1)[-1]
+    number = job.handle["resource_name"].rsplit("/", 1)[-1]
     assert CONSOLE.format(number) in proc.stdout
     assert job.state == "Succeeded" and job.output_dir == "gs://bucket/census"
     assert {f"{r['role']}-{r['idx']}": r["state"] for r in store.replicas(job.id)} == {
@@ -171,7 +171,7 @@ def test_detached_job_follows_and_cancels(tmp_path, mw_home, fake):
     pid = store.get_job(job_id).supervisor_pid
     cancel = mw("cancel", job_id, home=mw_home, fake=fake)
     assert cancel.returncode == 0, cancel.stdout + cancel.stderr
-    name = json.loads(store.get_job(job_id).handle_json)["resource_name"]
+    name = store.get_job(job_id).handle["resource_name"]
     assert fake.cancels == [name] or fake.cancels[0] == name
     assert store.get_job(job_id).state == "Cancelled"
     deadline = time.monotonic() + 30
