@@ -228,3 +228,72 @@ def test_setup_errors_are_one_line_and_leave_nothing_behind(tmp_path, mw_home, f
     if case == "quota":  # the packages were uploaded, then deleted, and the error says so
         assert "(deleted the uploaded gs://bucket/multiworker/" in lines[0]
         assert any(method == "DELETE" for method, _ in fake.requests)
+
+
+# each replica's output, the same for a Vertex task and a local process: a plain line, two epochs
+METRIC_LINES = {
+    "worker-0": ["starting worker-0",
+                 'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "epochs": 2, "loss": 0.9, "accuracy": 0.5}',
+                 'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 2, "epochs": 2, "loss": 0.6, "accuracy": 0.75}'],
+    "worker-1": ["starting worker-1",
+                 'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "epochs": 2, "loss": 0.95, "accuracy": 0.45}',
+                 'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 2, "epochs": 2, "loss": 0.65, "accuracy": 0.7}'],
+}
+
+
+def _metric_views(home: Path, fake: FakeGoogle, job_id: str, tmp_path: Path) -> dict:
+    """What a user sees of a job's metrics: `status --json`, `plot --json` (the series and the lines
+    drawn into the png) and the dashboard's series."""
+    from multiworker.ui.views import Views
+
+    status = json.loads(mw("status", job_id, "--json", home=home, fake=fake).stdout)
+    png = tmp_path / f"{job_id}.png"
+    plot = mw("plot", job_id, "-o", png, "--json", home=home, fake=fake)
+    assert plot.returncode == 0, plot.stdout + plot.stderr
+    plotted = json.loads(plot.stdout)
+    assert png.stat().st_size > 0
+    return {
+        "state": status["state"],
+        "last_metrics": status["last_metrics"],
+        "epoch": (status["epoch"], status["epochs"]),
+        "replicas": {r["name"]: r["last_metrics"] for r in status["replicas"]},
+        "plot_series": plotted["series"]["epoch_metrics"],
+        "plot_drawn": {title: lines for title, lines in plotted["drawn"].items() if "epoch" in title},
+        "dashboard": Views(home).series(job_id)["epoch_metrics"],
+    }
+
+
+def test_vertex_metric_lines_reach_the_store_as_a_local_jobs_do(tmp_path, mw_home, fake):
+    """A Vertex task's MULTIWORKER_METRIC lines (read from Cloud Logging) are metrics: status, plot and
+    the dashboard show the same as for a local job whose replicas print the same lines (before the
+    journal, Vertex lines only reached the console and its jobs had no metrics at all)."""
+    fake.task_output = {"workerpool0-0": METRIC_LINES["worker-0"], "workerpool1-0": METRIC_LINES["worker-1"]}
+    spec = tmp_path / "vertex.yaml"
+    spec.write_text("name: metrics\ncommand: [python, prog.py]\noutput_dir: gs://bucket/metrics\n"
+                    "pools: {worker: {replicas: 2}}\n")
+    proc = mw("run", spec, *VERTEX, "--image", "img:1", home=mw_home, fake=fake)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    vertex_id = Store(mw_home).list_jobs()[0].id
+
+    (tmp_path / "prog.py").write_text(
+        f"import os\nfor line in {METRIC_LINES!r}[os.environ['MULTIWORKER_REPLICA']]:\n    print(line, flush=True)\n")
+    spec = tmp_path / "local.yaml"
+    spec.write_text(f"name: metrics\ncommand: [{sys.executable}, prog.py]\nworking_dir: {tmp_path}\n"
+                    f"output_dir: {tmp_path / 'out'}\npools: {{worker: {{replicas: 2}}}}\n")
+    proc = mw("run", spec, home=mw_home, fake=fake)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    local_id = next(j.id for j in Store(mw_home).list_jobs() if j.id != vertex_id)
+
+    vertex = _metric_views(mw_home, fake, vertex_id, tmp_path)
+    epoch2 = {"kind": "epoch", "epoch": 2, "epochs": 2, "loss": 0.6, "accuracy": 0.75}
+    assert vertex["state"] == "Succeeded" and vertex["last_metrics"] == epoch2 and vertex["epoch"] == (2, 2)
+    assert vertex["replicas"] == {"worker-0": epoch2,
+                                  "worker-1": {**epoch2, "loss": 0.65, "accuracy": 0.7}}
+    assert vertex["plot_series"] == {"accuracy": {"worker-0": [[1, 0.5], [2, 0.75]], "worker-1": [[1, 0.45], [2, 0.7]]},
+                                     "loss": {"worker-0": [[1, 0.9], [2, 0.6]], "worker-1": [[1, 0.95], [2, 0.65]]}}
+    assert vertex["plot_drawn"]["Loss per epoch"]["loss (worker-1)"] == [[1.0, 0.95], [2.0, 0.65]]
+    assert vertex["dashboard"] == vertex["plot_series"]
+    assert vertex == _metric_views(mw_home, fake, local_id, tmp_path)
+    # the metric lines are metrics, not console output; the plain line is both logged and printed
+    logs = mw("logs", vertex_id, home=mw_home, fake=fake).stdout
+    assert "[worker-1] starting worker-1" in logs

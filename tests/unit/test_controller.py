@@ -13,7 +13,7 @@ import pytest
 from multiworker.backends.base import Backend, Placement, ReplicaGroup
 from multiworker.backends.controller import GroupController
 from multiworker.cluster import ReplicaId
-from multiworker.errors import UserError
+from multiworker.errors import StartFailed, UserError
 from multiworker.job import JobState, Store
 from multiworker.job.observer import Observer
 from multiworker.jobs import create_job
@@ -292,6 +292,81 @@ def test_a_job_no_longer_pending_is_not_run(tmp_path):
     store.update_job(job_id, state="Cancelled")
     group = FakeGroup([{}])
     assert drive(store, job_id, group) is JobState.CANCELLED and group.calls == []
+
+
+class UnplaceableGroup(FakeGroup):
+    """A FakeGroup whose ``place`` raises StartFailed in the attempts listed, and whose ``start`` raises
+    it for one replica of one attempt (``start_fails``: (attempt, replica))."""
+
+    def __init__(self, script, *, place_fails=(), start_fails=None, **kw):
+        super().__init__(script, **kw)
+        self.place_fails = place_fails
+        self.start_fails = start_fails
+
+    def place(self, replicas, attempt):
+        placements = super().place(replicas, attempt)
+        if attempt in self.place_fails:
+            raise StartFailed("resources are busy")
+        return placements
+
+    def start(self, replica, cmd, cwd, env, log_path):
+        if (self.attempt, replica) == self.start_fails:
+            raise StartFailed(f"node of {replica} went away")
+        return super().start(replica, cmd, cwd, env, log_path)
+
+
+def test_placement_failing_on_a_restart_backs_off_places_again_and_succeeds(tmp_path):
+    """A busy cluster on attempt 1 is one more failed attempt for the policy, not the end of the job."""
+    store, job_id = make_job(tmp_path)
+    group = UnplaceableGroup([{W1: [RUNNING, -signal.SIGKILL]}, {}, {W0: [RUNNING, 0], W1: [0]}], place_fails={1})
+    obs = Recorder()
+    assert drive(store, job_id, group, obs) is JobState.SUCCEEDED
+    job = store.get_job(job_id)
+    assert (job.state, job.restarts) == ("Succeeded", 2)
+    assert [(a["n"], a["outcome"], a["finished_at"] is not None) for a in store.attempts(job_id)] == [
+        (0, "Restarting", True), (1, "Restarting", True), (2, "Succeeded", True)]
+    assert [c for c in group.calls if c[0] in ("place", "close")] == [
+        ("place", 0), ("close", 0), ("place", 1), ("close", 1), ("place", 2), ("close", 2)]
+    events = [(e["reason"], e["message"]) for e in store.events(job_id)]
+    assert ("StartFailed", "could not start attempt 1: resources are busy") in events
+    restarting = [m for r, m in events if r == "Restarting"]
+    assert restarting[1] == "restart 2/3 of the whole group in 0.02s: could not start attempt 1: resources are busy"
+    assert "StartFailed" in obs.events and obs.finished[0] == "Succeeded"
+    assert {r["state"] for r in store.replicas(job_id)} == {"Succeeded"}
+
+
+def test_a_group_that_never_places_fails_after_backoff_limit_restarts(tmp_path):
+    store, job_id = make_job(tmp_path, run_policy="{backoff: 0.01, backoff_limit: 2}")
+    group = UnplaceableGroup([{}], place_fails=range(10))
+    state = drive(store, job_id, group)  # returns the final state: no UserError, no supervisor error
+    assert state is JobState.FAILED and state.exit_code == 1
+    job = store.get_job(job_id)
+    assert job.restarts == 2 and [c for c in group.calls if c[0] == "place"] == [("place", n) for n in range(3)]
+    assert job.message == "could not start attempt 2: resources are busy"
+    assert [a["outcome"] for a in store.attempts(job_id)] == ["Restarting", "Restarting", "Failed"]
+    assert [e["reason"] for e in store.events(job_id)].count("StartFailed") == 3
+    assert store.replicas(job_id) == []  # nothing ever started
+
+
+def test_restart_policy_never_fails_at_the_first_start_failure(tmp_path):
+    store, job_id = make_job(tmp_path, run_policy="{restart_policy: Never}")
+    assert drive(store, job_id, UnplaceableGroup([{}], place_fails={0})) is JobState.FAILED
+    assert store.get_job(job_id).restarts == 0
+
+
+def test_a_start_failure_stops_the_replicas_already_started(tmp_path):
+    """worker-0 runs when worker-1's start fails: it is stopped (and recorded so), not left running."""
+    store, job_id = make_job(tmp_path, run_policy="{backoff_limit: 0}")
+    group = UnplaceableGroup([{}], start_fails=(0, W1))
+    assert drive(store, job_id, group) is JobState.FAILED
+    assert store.get_job(job_id).message == "could not start attempt 0: node of worker-1 went away"
+    assert ("stop", (W0,)) in group.calls and group.forced == {W0: -signal.SIGTERM}
+    assert [c for c in group.calls if c[0] == "close"] == [("close", 0)]
+    reps = {f"{r['role']}-{r['idx']}": r for r in store.replicas(job_id)}
+    assert list(reps) == ["worker-0"] and reps["worker-0"]["state"] == "Stopped"
+    assert reps["worker-0"]["exit_code"] == 128 + signal.SIGTERM  # the controller's record, not the journal's sweep
+    exited = [e for e in store.events(job_id) if e["reason"] == "ExitedWithCode"]
+    assert [(e["replica"], e["message"]) for e in exited] == [("worker-0", "stopped by multiworker (pid 101)")]
 
 
 def test_create_job_records_backend_and_options(tmp_path):

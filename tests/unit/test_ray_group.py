@@ -184,3 +184,24 @@ def test_busy_cluster_is_a_start_failure_after_the_bounded_wait(job, tmp_path):
             group.place([W0, W1], attempt=0)
     finally:
         remove_placement_group(hog)
+
+
+@pytest.mark.parametrize("value, expect", [(None, 60.0), ("2.5", 2.5), ("nope", None), ("0", None), ("inf", None)],
+                         ids=["unset", "seconds", "not-a-number", "zero", "infinite"])
+def test_placement_wait_comes_from_the_environment(monkeypatch, tmp_path, value, expect):
+    """MULTIWORKER_RAY_PLACEMENT_TIMEOUT bounds the wait for busy resources; a bad value is a one-line error."""
+    spec = JobSpec.model_validate({"name": "t", "command": ["python", "p.py"], "pools": {"worker": {"replicas": 1}}})
+    if value is None:
+        monkeypatch.delenv("MULTIWORKER_RAY_PLACEMENT_TIMEOUT", raising=False)
+    else:
+        monkeypatch.setenv("MULTIWORKER_RAY_PLACEMENT_TIMEOUT", value)
+
+    def make(**kw):
+        return RayGroup(spec, "j", base_dir=tmp_path, output_dir=str(tmp_path), **kw)
+
+    if expect is None:
+        with pytest.raises(UserError, match=rf"^MULTIWORKER_RAY_PLACEMENT_TIMEOUT: '{value}' is not a number of seconds"):
+            make()
+    else:
+        assert make().placement_timeout == expect
+    assert make(placement_timeout=7).placement_timeout == 7  # an explicit wait wins

@@ -9,6 +9,7 @@ replica with its actor (PR_SET_PDEATHSIG). The trainer code travels as each acto
 from __future__ import annotations
 
 import logging
+import math
 import os
 import signal
 import sys
@@ -41,18 +42,40 @@ _CALL_TIMEOUT = 30.0
 _LOST_EXIT = -signal.SIGKILL  # a replica whose actor or node died went down with it
 
 
+PLACEMENT_TIMEOUT_ENV = "MULTIWORKER_RAY_PLACEMENT_TIMEOUT"
+_PLACEMENT_TIMEOUT = 60.0
+
+
+def _placement_timeout() -> float:
+    """Seconds ``place`` waits for busy resources: ``MULTIWORKER_RAY_PLACEMENT_TIMEOUT``, else 60."""
+    raw = os.environ.get(PLACEMENT_TIMEOUT_ENV, "").strip()
+    if not raw:
+        return _PLACEMENT_TIMEOUT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise UserError(f"{PLACEMENT_TIMEOUT_ENV}: {raw!r} is not a number of seconds; set it to e.g. 60, or unset it")
+    return value
+
+
 class RayGroup(ReplicaGroup):
-    """Replicas of a job on a Ray cluster. ``place`` is called once per attempt, ``close`` after it."""
+    """Replicas of a job on a Ray cluster. ``place`` is called once per attempt, ``close`` after it.
+
+    ``placement_timeout``: how long ``place`` waits for busy resources (the placement group; past it
+    the attempt is a :class:`StartFailed`, retried by the restart policy); default: the environment
+    variable ``MULTIWORKER_RAY_PLACEMENT_TIMEOUT`` (seconds), else 60."""
 
     def __init__(self, spec: JobSpec, job_id: str, *, base_dir: Path, output_dir: str,
-                 address: str | None = None, placement: str | None = None, placement_timeout: float = 60.0):
+                 address: str | None = None, placement: str | None = None, placement_timeout: float | None = None):
         self.spec = spec
         self.job_id = job_id
         self.base_dir = Path(base_dir)
         self.output_dir = output_dir
         self.address = address
         self.placement = placement or "spread"
-        self.placement_timeout = placement_timeout
+        self.placement_timeout = _placement_timeout() if placement_timeout is None else placement_timeout
         self._pg = None
         self._actors: dict[ReplicaId, Any] = {}
         self._where: dict[ReplicaId, Placement] = {}
@@ -88,7 +111,10 @@ class RayGroup(ReplicaGroup):
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._pg, placement_group_bundle_index=i),
             ).remote(self.job_id, rid.name)
         try:
-            infos = ray.get([a.reserve.remote() for a in self._actors.values()], timeout=self.placement_timeout)
+            # the actors' start (a worker process, the shipped working_dir) is not bounded by a short
+            # wait for busy resources
+            infos = ray.get([a.reserve.remote() for a in self._actors.values()],
+                            timeout=max(self.placement_timeout, _CALL_TIMEOUT))
         except ray.exceptions.RuntimeEnvSetupError as exc:
             self.close()
             raise UserError(f"working_dir: Ray could not ship it to the nodes as a runtime_env "
