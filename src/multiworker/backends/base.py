@@ -44,6 +44,7 @@ __all__ = [
     "BACKENDS",
     "ENTRY_POINT_GROUP",
     "get_backend",
+    "backend_class",
     "backend_names",
 ]
 
@@ -210,6 +211,12 @@ def backend_names() -> list[str]:
 
 def get_backend(name: str) -> Backend:
     """The backend called ``name``; a one-line error for an unknown one or a missing extra."""
+    return backend_class(name)()
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The class of the backend called ``name`` (its ``Options``, ``supervised_here``...), imported
+    on first use; a one-line error for an unknown one or a missing extra."""
     registry = _registry()
     target = registry.get(name)
     if target is None:
@@ -222,4 +229,4 @@ def get_backend(name: str) -> Backend:
             raise UserError(f"--backend {name}: needs the {exc.name!r} package; "
                             f"pip install 'multiworker[{name}]'") from exc
         raise
-    return getattr(module, cls_name)()
+    return getattr(module, cls_name)

@@ -12,19 +12,9 @@ import typer
 from rich.console import Console
 
 from multiworker.backends.base import backend_names
+from multiworker.cli.backend_opts import BACKEND_OPT_HELP, BackendCommand, backend_options
 
-__all__ = ["register", "load_from_cli", "backend_options", "run_loaded"]
-
-# Options that belong to one backend: using one with another backend is an error naming the right one.
-_OWNER = {"ray_address": "ray", "namespace": "kubernetes", "context": "kubernetes", "kubernetes_api": "kubernetes",
-          "project": "vertex", "region": "vertex", "staging_bucket": "vertex", "executor_image": "vertex",
-          "allow_loss": "vertex"}
-
-
-def backend_options(**given) -> dict:
-    """The backend-specific options given on the command line, by name, for ``create_job``
-    (unset ones left out): a backend's own options become ``run`` parameters passed here."""
-    return {name: value for name, value in given.items() if value not in (None, [], (), False)}
+__all__ = ["register", "load_from_cli", "run_loaded"]
 
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
@@ -42,6 +32,7 @@ def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], ima
 
 
 def run(
+    ctx: typer.Context,
     spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform, TFJob or JobSet."),
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
@@ -54,41 +45,24 @@ def run(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's INFO/WARNING log lines."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset."),
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND; "
-                                    "with --backend kubernetes or vertex: the container image the pools run."),
+                                    "with a backend whose platform runs the pools (one with an --image option "
+                                    "below): the container image they run."),
     dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
     max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow more replicas than the 256 cap."),
     backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
-    ray_address: Optional[str] = typer.Option(
-        None, "--ray-address", help="ray: the cluster's head, HOST:PORT (default: RAY_ADDRESS, as in Ray)."),
-    namespace: Optional[str] = typer.Option(None, "--namespace", help="kubernetes: namespace (default: the context's)."),
-    context: Optional[str] = typer.Option(None, "--context", help="kubernetes: kubeconfig context (default: current)."),
-    kubernetes_api: Optional[str] = typer.Option(
-        None, "--kubernetes-api", help="kubernetes: create a jobset (default) or a tfjob (needs the TFJob operator)."),
-    project: Optional[str] = typer.Option(None, "--project", help="vertex: Google Cloud project id."),
-    region: Optional[str] = typer.Option(None, "--region", help="vertex: region (default us-central1)."),
-    staging_bucket: Optional[str] = typer.Option(None, "--staging-bucket", help="vertex: gs://BUCKET for packages and output."),
-    executor_image: Optional[str] = typer.Option(
-        None, "--executor-image", help="vertex: image that runs Python-module pools (default: prebuilt TensorFlow)."),
-    allow_loss: bool = typer.Option(False, "--allow-loss", help="vertex: note, instead of refusing, settings it cannot hold."),
+    backend_opt: list[str] = typer.Option([], "--backend-opt", "-B", help=BACKEND_OPT_HELP),
 ) -> None:
     """Run a job: every replica a process with the cloud's TF_CONFIG, supervised and restarted as a group.
 
     Exit codes: 0 succeeded, 1 failed, 2 bad input, 130 interrupted.
     """
-    from multiworker.backends.base import get_backend
-    from multiworker.errors import UserError
+    from multiworker.backends.base import backend_class
 
-    options = backend_options(ray_address=ray_address, namespace=namespace, context=context,
-                              kubernetes_api=kubernetes_api, project=project, region=region,
-                              staging_bucket=staging_bucket, executor_image=executor_image, allow_loss=allow_loss)
-    for name in options:
-        if _OWNER[name] != backend:
-            flag = "--" + name.replace("_", "-")
-            raise UserError(f"{flag}: only the {_OWNER[name]} backend uses it; add --backend {_OWNER[name]}")
-    remote = not get_backend(backend).supervised_here  # the platform runs the images: nothing to map locally
+    remote = not backend_class(backend).supervised_here  # the platform runs the images: nothing to map locally
+    options = backend_options(ctx, backend, backend_opt,
+                              image=_remote_image(image, backend, inject_failure) if remote else None)
     if remote:
-        options.update(backend_options(image=_remote_image(image, backend, inject_failure)))
         image = []
     loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, local=not remote,
                            max_replicas=max_replicas)
@@ -158,5 +132,9 @@ def _print_outcome(console: Console, store, job_id: str, state: str) -> None:
     console.print(f"  restarts: {job.restarts}   status: multiworker status {job_id}")
 
 
+class _RunCommand(BackendCommand):
+    passthrough = frozenset({"image"})  # --image: the pools' image on a platform backend
+
+
 def register(app: typer.Typer) -> None:
-    app.command(context_settings={"allow_interspersed_args": True})(run)
+    app.command(cls=_RunCommand, context_settings={"allow_interspersed_args": True})(run)

@@ -16,6 +16,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from multiworker.backends.base import backend_names
+from multiworker.cli.backend_opts import BACKEND_OPT_HELP, BackendCommand, backend_options
 from multiworker.errors import SpecError, UserError
 
 __all__ = ["register", "tune_app"]
@@ -34,7 +35,8 @@ class _DefaultRunGroup(typer.core.TyperGroup):
 
 tune_app = typer.Typer(cls=_DefaultRunGroup, no_args_is_help=True, help=(
     "Tune hyperparameters: `multiworker tune JOB.yaml --config hptuning.yaml`, or a Vertex AI "
-    "HyperparameterTuningJob / AI Platform config alone. Also `tune show STUDY`, `tune convert`."))
+    "HyperparameterTuningJob / AI Platform config alone; each trial's job runs on --backend with that "
+    "backend's options (`tune run --help` lists them). Also `tune show STUDY`, `tune convert`."))
 
 
 def _console() -> Console:
@@ -86,6 +88,7 @@ def _job_name_check(name: str) -> str:
 
 
 def run(
+    ctx: typer.Context,
     spec_file: Path = typer.Argument(..., help="Job spec (any format), or a tuning file that holds its trial job."),
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     config: Optional[Path] = typer.Option(None, "--config", help="Tuning config: AI Platform hyperparameters or a "
@@ -95,6 +98,7 @@ def run(
     study_name: Optional[str] = typer.Option(None, "--study", help="Study name (default: the config's or job's name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the stored study: run only its remaining trials."),
     backend: str = typer.Option("local", "--backend", help=f"Backend that runs each trial's job: {' | '.join(backend_names())}."),
+    backend_opt: list[str] = typer.Option([], "--backend-opt", "-B", help=BACKEND_OPT_HELP),
     seed: Optional[int] = typer.Option(None, "--seed", help="Seed the sampler, for a repeatable search."),
     overrides: list[str] = typer.Option([], "--set", help="Override a job spec field (repeatable)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force the job spec format: native|vertex|aiplatform|tfjob|jobset."),
@@ -102,15 +106,15 @@ def run(
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
 ) -> None:
     """Run a hyperparameter study: each trial a whole job with the parameters as --name=value args,
-    its metric read from the hypertune file (CLOUD_ML_HP_METRIC_FILE). Exit 0 when a trial succeeded."""
-    from multiworker.backends.base import get_backend
+    its metric read from the hypertune file (CLOUD_ML_HP_METRIC_FILE). Every trial's job gets the
+    backend options given here. Exit 0 when a trial succeeded."""
     from multiworker.job import Store
     from multiworker.spec.formats import LoadOptions, load_job
     from multiworker.tune import search
     from multiworker.tune.config import JobRef, read_config
     from multiworker.tune.runner import TrialSetup, Tuner
 
-    get_backend(backend)  # an unknown backend or a missing extra: one line, before anything starts
+    options = backend_options(ctx, backend, backend_opt)  # checked (and the backend found) before anything starts
     console = _console()
     if config is not None:
         cfg = read_config(config)
@@ -143,7 +147,8 @@ def run(
     parallel = parallel or study.parallel_trials
     store = Store()
     ostudy = search.open_study(store.home, name, study, resume=resume, seed=seed)
-    tuner = Tuner(store, study, ostudy, TrialSetup(load=load, backend=backend, trainer_args=tuple(trainer_args or ())),
+    tuner = Tuner(store, study, ostudy, TrialSetup(load=load, backend=backend, backend_options=options,
+                                                         trainer_args=tuple(trainer_args or ())),
                   name=name, on_event=lambda kind, info: _print_event(console, kind, info, study.metric))
     recovered = tuner.recover()
     if recovered:
@@ -256,7 +261,7 @@ def convert(
         typer.echo(f"wrote {output} ({to})", err=True)
 
 
-tune_app.command(context_settings={"allow_interspersed_args": True})(run)
+tune_app.command(cls=BackendCommand, context_settings={"allow_interspersed_args": True})(run)
 tune_app.command()(show)
 tune_app.command()(convert)
 

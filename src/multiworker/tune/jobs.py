@@ -11,6 +11,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
+from typing import Any
 
 from multiworker import procs
 from multiworker.job import Store
@@ -22,11 +24,11 @@ log = logging.getLogger(__name__)
 
 
 def create_trial_job(store: Store, loaded: LoadedSpec, *, backend: str, trainer_args: list[str],
-                     study: str, trial: int) -> str:
+                     study: str, trial: int, backend_options: Mapping[str, Any] | None = None) -> str:
     """Record the trial's job (tagged with its study and trial in its run options); return its id."""
     from multiworker.jobs import create_job
 
-    job_id = create_job(store, loaded, backend=backend, trainer_args=trainer_args)
+    job_id = create_job(store, loaded, backend=backend, backend_options=backend_options, trainer_args=trainer_args)
     run = store.get_job(job_id).run
     store.set_run_options(job_id, dataclasses.replace(run, study=study, trial=trial))
     return job_id

@@ -8,8 +8,9 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from multiworker.job import Store
 from multiworker.spec.load import LoadedSpec
@@ -29,11 +30,13 @@ _POLL = 1.0
 
 @dataclasses.dataclass
 class TrialSetup:
-    """How a trial's job is made: ``load(name)`` gives the job spec; ``trainer_args`` go before the parameters."""
+    """How a trial's job is made: ``load()`` gives the job spec, run by ``backend`` with its
+    ``backend_options``; ``trainer_args`` go before the parameters."""
 
     load: Callable[[], LoadedSpec]
     backend: str = "local"
     trainer_args: tuple[str, ...] = ()
+    backend_options: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass
@@ -133,6 +136,7 @@ class Tuner:
         metric_file.unlink(missing_ok=True)
         loaded = self._trial_spec(number, metric_file)
         job_id = create_trial_job(self.store, loaded, backend=self.setup.backend,
+                                  backend_options=self.setup.backend_options,
                                   trainer_args=[*self.setup.trainer_args, *args], study=self.name, trial=number)
         for key, value in (("job_id", job_id), ("args", args), ("metric_file", str(metric_file))):
             trial.set_user_attr(key, value)
