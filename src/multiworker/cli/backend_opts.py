@@ -49,7 +49,7 @@ def option_models() -> dict[str, type[BackendOptions]]:
             models[name] = backend_class(name).Options
         except UserError as exc:  # its extra is not installed
             log.debug("backend %s: %s", name, exc)
-        except Exception as exc:  # a broken plugin must not break run and tune for the others
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break run and tune for the others
             log.warning("backend %s cannot be loaded (%s); its options are left out", name, exc)
     return models
 
