@@ -115,7 +115,7 @@ def test_help_lists_every_backends_options_from_its_model():
     from multiworker.cli.backend_opts import options_help
 
     text = options_help({"--image", "--backend"})
-    for backend, line in [("ray", "--ray-address TEXT"), ("ray", "--placement spread|pack"),
+    for backend, line in [("ray", "--ray-address TEXT"), ("ray", "--placement spread|strict_spread|pack"),
                           ("vertex", "--allow-loss"), ("kubernetes", "--watch-timeout INTEGER"),
                           ("toy", "--times INTEGER"), ("toy", "--greeting TEXT")]:
         section = text.split(f"[bold]{backend}[/bold]:")[1].split("\n\n")[0]
