@@ -19,8 +19,8 @@ def convert(
         help="Job spec (native YAML, Vertex CustomJob, AI Platform, TFJob, JobSet), or after `--` a gcloud training command.",
     ),
     to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob|jobset."),
-    image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob|jobset."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one (default: none; a cloud target may then refuse)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a native field first: pools.worker.replicas=3."),
     allow_loss: bool = typer.Option(
         False, "--allow-loss", help="Drop what the target cannot express (with a note) instead of failing."

@@ -63,7 +63,7 @@ def render_list(rows: list[dict], console: Console) -> None:
 
 
 def list_jobs(
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", help="Show only the newest N jobs."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", help="Show only the newest N jobs (default: all)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """List jobs, newest first: id, name, state, replicas (running/total), restarts, age, duration."""
