@@ -42,7 +42,7 @@ def run(
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's INFO/WARNING log lines."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show library INFO lines and TensorFlow's start-up log lines (the replica logs always hold them)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND; "
                                     "with a backend whose platform runs the pools (one with an --image option "

@@ -21,22 +21,51 @@ _NOISE = re.compile(
     r"^([IW]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl|Example stragglers:|/job:\w+/replica:|"
     r"To enable the following instructions: |E\d{4} .*(cuInit|cuda_platform|cuda_dnn|cuda_blas|cuda_fft))"
 )
+# INFO and DEBUG records of the libraries a trainer runs on (multiworker's own trainer helpers,
+# TensorFlow, absl, Keras), in logging's usual formats: "2026-11-26 02:10:11,645 INFO multiworker.x: ...",
+# "INFO:tensorflow:...". A user's own loggers are theirs to see.
+_LIBRARY_INFO = re.compile(
+    r"^(?:\d{4}-\d\d-\d\d[ T][\d:,.]+\s+)?(?:\[?)(?:INFO|DEBUG)\]?[: ]\s*"
+    r"(?:multiworker|absl|tensorflow|tf_keras|keras|h5py|grpc|urllib3|ray)(?:[.\w]*)(?::|\s)"
+)
+# The lines a multi-line record continues with: protobuf text (TensorFlow's session config dump),
+# indented lines, blank lines.
+_CONTINUATION = re.compile(r"^(\s.*|\s*|[\w.\[\]/]+ \{|\}|[\w.\[\]]+: .*)$")
+
+
+class _Noise:
+    """Which replica lines are noise: the patterns above, and the continuation lines of a hidden
+    multi-line record (per replica, as each replica's lines arrive in order)."""
+
+    def __init__(self) -> None:
+        self._in_record: set[str] = set()
+
+    def __call__(self, replica: str, line: str) -> bool:
+        if _NOISE.match(line) or _LIBRARY_INFO.match(line):
+            self._in_record.add(replica)
+            return True
+        if replica in self._in_record and _CONTINUATION.match(line):
+            return True
+        self._in_record.discard(replica)
+        return False
 
 
 class ConsoleObserver(Observer):
-    """Prints to the terminal; ``quiet`` hides the replicas' own output."""
+    """Prints to the terminal; ``quiet`` hides the replicas' own output; library INFO lines and
+    TensorFlow's start-up noise show only when ``verbose``."""
 
     def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None):
         self.quiet = quiet
         self.verbose = verbose
         self.console = console or Console(stderr=False, highlight=False, soft_wrap=True)
+        self._noise = _Noise()
 
     def _prefix(self, replica: str) -> str:
         color = _COLORS.get(replica.rsplit("-", 1)[0], "white")
         return f"[{color}]\\[{replica}][/{color}]"
 
     def on_line(self, replica: str, line: str) -> None:
-        if not self.quiet and (self.verbose or not _NOISE.match(line)):
+        if not self.quiet and (self.verbose or not self._noise(replica, line)):
             self.console.print(f"{self._prefix(replica)} {escape(line)}")
 
     def on_metric(self, replica: str, metric: dict, *, primary: bool) -> None:
