@@ -12,7 +12,7 @@ from rich.markup import escape
 from multiworker.job.observer import Observer
 from multiworker.monitor.format import fmt_metrics, format_progress
 
-__all__ = ["ConsoleObserver", "format_progress"]
+__all__ = ["ConsoleObserver", "format_progress", "is_startup_noise"]
 
 _COLORS = {"chief": "magenta", "worker": "cyan", "ps": "yellow", "evaluator": "green"}
 # TensorFlow's C++ INFO/WARNING log lines and start-up banners: kept in the log files, hidden on
@@ -31,6 +31,11 @@ _LIBRARY_INFO = re.compile(
 # The lines a multi-line record continues with: protobuf text (TensorFlow's session config dump),
 # indented lines, blank lines.
 _CONTINUATION = re.compile(r"^(\s.*|\s*|[\w.\[\]/]+ \{|\}|[\w.\[\]]+: .*)$")
+
+
+def is_startup_noise(line: str) -> bool:
+    """A line of TensorFlow's native start-up chatter (oneDNN, CUDA probing, absl's pre-init banner)."""
+    return bool(_NOISE.match(line))
 
 
 class _Noise:
