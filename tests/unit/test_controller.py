@@ -380,3 +380,12 @@ def test_create_job_records_backend_and_options(tmp_path):
     with pytest.raises(UserError, match="--backend 'nope': unknown backend; choose one of local"):
         create_job(store, load_spec(tmp_path / "job.yaml"), backend="nope")
     assert len(store.list_jobs()) == 1
+
+
+def test_an_injection_after_the_last_epoch_says_so(tmp_path):
+    last = b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 2, "epochs": 2, "steps": 10}\n'
+    store, job_id = make_job(tmp_path, inject_failures=["worker-1@epoch:2"])
+    group = FakeGroup([{}, {W0: [0], W1: [0]}], logs={W0: [last]})
+    assert drive(store, job_id, group) is JobState.SUCCEEDED
+    (fired,) = [e["message"] for e in store.events(job_id) if e["reason"] == "InjectedFailure"]
+    assert "the last epoch (2) had finished" in fired and "worker-1@step:5" in fired

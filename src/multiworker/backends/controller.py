@@ -298,8 +298,9 @@ class GroupController:
                 self._event("InjectedFailure", f"{inj}: {inj.replica} was not running; nothing killed",
                             replica=inj.replica.name, warning=True)
                 continue
+            late = f"; {self.injector.advice(inj)}" if self.injector.training_done() else ""
             self._event("InjectedFailure", f"{inj}: sent {inj.signal_name} to {inj.replica} (pid {rep.pid}) "
-                        f"{now - self._first_attempt_started:.1f}s after the first attempt started",
+                        f"{now - self._first_attempt_started:.1f}s after the first attempt started{late}",
                         replica=inj.replica.name, warning=True)
         if now - self._last_sample >= _SAMPLE_EVERY:
             self._last_sample = now

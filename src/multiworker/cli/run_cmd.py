@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from multiworker.backends.base import backend_names
 from multiworker.cli.backend_opts import BACKEND_OPT_HELP, BackendCommand, backend_options
@@ -37,8 +38,9 @@ def run(
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
     inject_failure: list[str] = typer.Option(
-        [], "--inject-failure", help="Kill a replica once: ROLE-INDEX@WHEN[:SIGNAL], WHEN a duration (15s), epoch:N or step:N; "
-                                "e.g. worker-1@epoch:2:KILL."
+        [], "--inject-failure", help="Kill a replica once, to prove recovery: ROLE-INDEX@WHEN[:SIGNAL], WHEN a duration (15s), "
+                                "epoch:N (once epoch N has finished) or step:N; e.g. worker-1@step:300 (mid-training "
+                                "in the MNIST demo), worker-1@epoch:1:TERM."
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),
@@ -130,6 +132,14 @@ def _print_outcome(console: Console, store, job_id: str, state: str) -> None:
         if metrics.exists():
             console.print(f"  metrics: {metrics}")
     console.print(f"  restarts: {job.restarts}   status: multiworker status {job_id}")
+    for note in injection_notes(store.events(job_id)):
+        console.print(f"  [yellow]injection: {escape(note)}[/yellow]")
+
+
+def injection_notes(events: list[dict]) -> list[str]:
+    """The summary's word on --inject-failure when it proved nothing: fired after training, or never."""
+    return [e["message"] for e in events
+            if e["reason"] == "InjectionNotFired" or (e["reason"] == "InjectedFailure" and "last epoch" in e["message"])]
 
 
 class _RunCommand(BackendCommand):
