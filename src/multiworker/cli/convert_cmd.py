@@ -33,7 +33,9 @@ def convert(
     custom-jobs create --display-name J --worker-pool-spec=...` (or `gcloud ai-platform jobs submit training`).
     Output to tfjob is checked against the Kubeflow TFJob CRD, to jobset against the JobSet CRD (v0.12.0),
     to vertex against the CustomJob schema.
-    What the target cannot express is an error naming the field (or a note with --allow-loss).
+    What the target cannot express is an error naming the field (or a note with --allow-loss), e.g.
+    `multiworker convert examples/taxifare/job.yaml --to vertex --image IMAGE --allow-loss` (its
+    run_policy.backoff_limit has no Vertex AI equivalent).
     """
     from multiworker.errors import SpecError
     from multiworker.spec.formats import parse_job
