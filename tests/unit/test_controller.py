@@ -389,3 +389,35 @@ def test_an_injection_after_the_last_epoch_says_so(tmp_path):
     assert drive(store, job_id, group) is JobState.SUCCEEDED
     (fired,) = [e["message"] for e in store.events(job_id) if e["reason"] == "InjectedFailure"]
     assert "the last epoch (2) had finished" in fired and "worker-1@step:5" in fired
+
+
+class _Unplaceable(FakeGroup):
+    def place(self, replicas, attempt):
+        raise UserError("placement strict_spread puts each of the 2 replicas on its own node with 1 CPU: needs 2 "
+                        "nodes, the cluster has 1")
+
+
+def test_a_user_error_while_starting_ends_the_job_with_its_message_not_its_repr(tmp_path):
+    store, job_id = make_job(tmp_path)
+    obs = Recorder()
+    with pytest.raises(UserError):
+        drive(store, job_id, _Unplaceable([{}]), obs)
+    message = store.get_job(job_id).message
+    assert message.startswith("placement strict_spread puts") and "UserError" not in message
+    assert obs.finished == ("Failed", message)
+
+
+def test_run_prints_a_start_error_once(tmp_path, monkeypatch, capsys):
+    """The job's end line says it; the CLI does not repeat it as an error line (exit code kept)."""
+    from multiworker.backends import base
+    from multiworker.cli.run_cmd import run_loaded
+
+    (tmp_path / "prog.py").write_text("")
+    (tmp_path / "job.yaml").write_text("name: fake\nmodule: prog\npools: {worker: {replicas: 2}}\n")
+    monkeypatch.setattr(base, "get_backend", lambda name: ScriptedBackend(_Unplaceable([{}])))
+    monkeypatch.delenv("MULTIWORKER_DEBUG", raising=False)
+    code = run_loaded(load_spec(tmp_path / "job.yaml"), trainer_args=[], inject_failures=[], detach=False,
+                      quiet=True, verbose=False)
+    out, err = capsys.readouterr()
+    assert code == 2 and err == ""
+    assert out.count("needs 2 nodes") == 1 and "UserError" not in out, out

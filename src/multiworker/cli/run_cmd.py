@@ -78,6 +78,8 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     """Record and run a loaded job (any source: a spec file, a gcloud command line); return the exit code."""
     from multiworker.backends.base import get_backend
     from multiworker.backends.daemon import start_detached
+    from multiworker.cli import debug_enabled
+    from multiworker.errors import MultiworkerError, UserError
     from multiworker.faults import check_injections, parse_injection
     from multiworker.job import Store
     from multiworker.jobs import create_job
@@ -103,7 +105,14 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
         return 0
     console.print(f"[bold]job {job_id}[/bold] ({loaded.spec.name}): {counts}")
     console.print(f"  output: {job.output_dir}\n  logs:   {job.job_dir}")
-    state = get_backend(backend).run(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
+    observer = ConsoleObserver(quiet=quiet, verbose=verbose, console=console)
+    try:
+        state = get_backend(backend).run(store, job_id, observer)
+    except MultiworkerError as exc:
+        if observer.finished is None or observer.finished[1] != str(exc) or debug_enabled():
+            raise
+        console.print(f"  status: multiworker status {job_id}")  # the end said it: not again as an error line
+        return exc.exit_code if isinstance(exc, UserError) else 1
     _print_outcome(console, store, job_id, state)
     return state.exit_code
 

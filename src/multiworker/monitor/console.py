@@ -64,6 +64,7 @@ class ConsoleObserver(Observer):
         self.verbose = verbose
         self.console = console or Console(stderr=False, highlight=False, soft_wrap=True)
         self._noise = _Noise()
+        self.finished: tuple[str, str] | None = None  # (state, message) once on_finish printed the end
 
     def _prefix(self, replica: str) -> str:
         color = _COLORS.get(replica.rsplit("-", 1)[0], "white")
@@ -93,6 +94,7 @@ class ConsoleObserver(Observer):
             self.console.print(f"[{style}]  {escape(line)}[/{style}]")
 
     def on_finish(self, state: str, message: str) -> None:
+        self.finished = (state, message)
         style = {"Succeeded": "bold green", "Cancelled": "bold yellow"}.get(state, "bold red")
         first, *rest = message.splitlines() or [""]
         self.console.print(f"[{style}]{state}[/{style}]: {escape(first)}")
