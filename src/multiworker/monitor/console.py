@@ -84,8 +84,8 @@ class ConsoleObserver(Observer):
     def on_event(self, reason: str, message: str, *, replica: str | None, warning: bool) -> None:
         if reason in ("Started", "ExitedWithCode") and not warning and self.quiet:
             return
-        if reason in ("Succeeded", "Failed", "Cancelled", "DeadlineExceeded"):
-            return  # on_finish prints the end
+        if reason in ("Succeeded", "Failed", "Cancelled", "DeadlineExceeded", "SubmitFailed"):
+            return  # on_finish prints the end (a failed submission's message too)
         style = "yellow" if warning else "dim"
         who = f"{replica}: " if replica else ""
         first, *rest = message.splitlines() or [""]
