@@ -408,16 +408,20 @@ def test_a_user_error_while_starting_ends_the_job_with_its_message_not_its_repr(
 
 
 def test_run_prints_a_start_error_once(tmp_path, monkeypatch, capsys):
-    """The job's end line says it; the CLI does not repeat it as an error line (exit code kept)."""
+    """One error line on stderr, exit 2; the console does not say it again as the job's end."""
+    import sys
+
+    from multiworker import cli
     from multiworker.backends import base
-    from multiworker.cli.run_cmd import run_loaded
 
     (tmp_path / "prog.py").write_text("")
     (tmp_path / "job.yaml").write_text("name: fake\nmodule: prog\npools: {worker: {replicas: 2}}\n")
     monkeypatch.setattr(base, "get_backend", lambda name: ScriptedBackend(_Unplaceable([{}])))
     monkeypatch.delenv("MULTIWORKER_DEBUG", raising=False)
-    code = run_loaded(load_spec(tmp_path / "job.yaml"), trainer_args=[], inject_failures=[], detach=False,
-                      quiet=True, verbose=False)
+    monkeypatch.setattr(sys, "argv", ["multiworker", "run", str(tmp_path / "job.yaml"), "-q"])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
     out, err = capsys.readouterr()
-    assert code == 2 and err == ""
-    assert out.count("needs 2 nodes") == 1 and "UserError" not in out, out
+    assert info.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("error: placement strict_spread") and "UserError" not in err, err
+    assert "needs 2 nodes" not in out, out

@@ -78,8 +78,7 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     """Record and run a loaded job (any source: a spec file, a gcloud command line); return the exit code."""
     from multiworker.backends.base import get_backend
     from multiworker.backends.daemon import start_detached
-    from multiworker.cli import debug_enabled
-    from multiworker.errors import MultiworkerError, UserError
+    from multiworker.errors import MultiworkerError
     from multiworker.faults import check_injections, parse_injection
     from multiworker.job import Store
     from multiworker.jobs import create_job
@@ -105,14 +104,14 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
         return 0
     console.print(f"[bold]job {job_id}[/bold] ({loaded.spec.name}): {counts}")
     console.print(f"  output: {job.output_dir}\n  logs:   {job.job_dir}")
-    observer = ConsoleObserver(quiet=quiet, verbose=verbose, console=console)
+    observer = ConsoleObserver(quiet=quiet, verbose=verbose, console=console, defer_end=True)
     try:
         state = get_backend(backend).run(store, job_id, observer)
-    except MultiworkerError as exc:
-        if observer.finished is None or observer.finished[1] != str(exc) or debug_enabled():
-            raise
-        console.print(f"  status: multiworker status {job_id}")  # the end said it: not again as an error line
-        return exc.exit_code if isinstance(exc, UserError) else 1
+    except BaseException as exc:
+        if not (isinstance(exc, MultiworkerError) and observer.finished and observer.finished[1] == str(exc)):
+            observer.print_end()
+        raise  # a user or backend error that ended the job: its one error line says it, once
+    observer.print_end()
     _print_outcome(console, store, job_id, state)
     return state.exit_code
 

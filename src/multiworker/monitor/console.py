@@ -59,12 +59,14 @@ class ConsoleObserver(Observer):
     """Prints to the terminal; ``quiet`` hides the replicas' own output; library INFO lines and
     TensorFlow's start-up noise show only when ``verbose``."""
 
-    def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None):
+    def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None,
+                 defer_end: bool = False):
         self.quiet = quiet
         self.verbose = verbose
         self.console = console or Console(stderr=False, highlight=False, soft_wrap=True)
         self._noise = _Noise()
-        self.finished: tuple[str, str] | None = None  # (state, message) once on_finish printed the end
+        self.finished: tuple[str, str] | None = None  # (state, message) once the job ended
+        self.defer_end = defer_end  # the caller prints the end with print_end() (or leaves it to an error line)
 
     def _prefix(self, replica: str) -> str:
         color = _COLORS.get(replica.rsplit("-", 1)[0], "white")
@@ -95,6 +97,14 @@ class ConsoleObserver(Observer):
 
     def on_finish(self, state: str, message: str) -> None:
         self.finished = (state, message)
+        if not self.defer_end:
+            self.print_end()
+
+    def print_end(self) -> None:
+        """The job's end: its state and message."""
+        if self.finished is None:
+            return
+        state, message = self.finished
         style = {"Succeeded": "bold green", "Cancelled": "bold yellow"}.get(state, "bold red")
         first, *rest = message.splitlines() or [""]
         self.console.print(f"[{style}]{state}[/{style}]: {escape(first)}")
