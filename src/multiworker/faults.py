@@ -99,10 +99,13 @@ class Injector:
         self.pending = list(injections)
         self._epoch_done: dict[str, int] = {}
         self._step: dict[str, int] = {}
+        self._epochs = 0  # the job's epochs, as its metric lines say
 
     def observe(self, replica: str, metric: dict) -> None:
         """A metric line of ``replica``: remember the last finished epoch and the global step."""
         epoch, step, steps = metric.get("epoch"), metric.get("step"), metric.get("steps")
+        if isinstance(metric.get("epochs"), int):
+            self._epochs = max(self._epochs, metric["epochs"])
         if metric.get("kind") == "epoch" and isinstance(epoch, int):
             self._epoch_done[replica] = max(self._epoch_done.get(replica, 0), epoch)
             if isinstance(steps, int):
@@ -121,6 +124,18 @@ class Injector:
         if inj.trigger == "step":
             return self._step.get(name, max(self._step.values(), default=-1)) >= inj.after
         return elapsed >= inj.after
+
+    def training_done(self) -> bool:
+        """The job's last epoch has finished (an injection now kills a job that is only saving or
+        exiting, and its restart trains again instead of resuming)."""
+        return self._epochs > 0 and max(self._epoch_done.values(), default=0) >= self._epochs
+
+    def advice(self, inj: Injection) -> str:
+        """How to make ``inj`` land mid-training instead."""
+        epoch_steps = [s // e for r, s in self._step.items() if (e := self._epoch_done.get(r))]
+        step = f"step:{max(epoch_steps) // 2}" if epoch_steps else "step:N"
+        return (f"the last epoch ({self._epochs}) had finished, so this tests no recovery; to kill it mid-training "
+                f"inject at {inj.replica}@{step}" + (f" or @epoch:{self._epochs - 1}" if self._epochs > 1 else ""))
 
     def due(self, elapsed: float) -> list[Injection]:
         """The injections due now, ``elapsed`` seconds after the first attempt started (each only once)."""

@@ -18,6 +18,7 @@ import pytest
 from fakes.vertex_api import FakeGoogle, canonical
 
 from multiworker.job import Store
+from multiworker.procs import free_ports
 from multiworker.spec.formats.schema import check_schema
 
 CONSOLE = "https://console.cloud.google.com/vertex-ai/locations/us-central1/training/{}?project=proj"
@@ -199,17 +200,19 @@ def _alive(pid: int) -> bool:
     "case, expect",
     [
         ("no-credentials", "no Google Cloud credentials found; run `gcloud auth application-default login`"),
+        ("no-credentials-detached", "no Google Cloud credentials found; run `gcloud auth application-default login`"),
         ("unknown-project", "--project nope: creating the CustomJob was refused"),
         ("missing-bucket", "--staging-bucket gs://missing: the bucket does not exist; create it with"),
         ("quota", "quota exceeded"),
         ("local-output", "output_dir: ./out is a local path; Vertex AI needs gs://BUCKET/PATH"),
     ],
-    ids=lambda v: v if v in ("no-credentials", "unknown-project", "missing-bucket", "quota", "local-output") else "",
+    ids=lambda v: v if v in ("no-credentials", "no-credentials-detached", "unknown-project", "missing-bucket", "quota", "local-output") else "",
 )
 def test_setup_errors_are_one_line_and_leave_nothing_behind(tmp_path, mw_home, fake, case, expect):
     args = ["run", package_spec(tmp_path), "--backend", "vertex", "--project", "proj", "--staging-bucket", "gs://bucket"]
     env = {}
-    if case == "no-credentials":  # no emulator: the user's ADC are looked for, and there are none
+    if case.startswith("no-credentials"):  # no emulator: the user's ADC are looked for, and there are none
+        args += ["--detach"] if case.endswith("detached") else []  # refused before a job is recorded
         env = {"MULTIWORKER_VERTEX_ENDPOINT": "", "MULTIWORKER_GCS_ENDPOINT": "", "MULTIWORKER_LOGGING_ENDPOINT": ""}
     elif case == "unknown-project":  # refused at creation: a container job, nothing to upload
         args = ["run", container_spec(tmp_path), "--backend", "vertex", "--project", "nope", "--image", "img:1"]
@@ -225,9 +228,26 @@ def test_setup_errors_are_one_line_and_leave_nothing_behind(tmp_path, mw_home, f
     assert len(lines) == 1 and lines[0].startswith("error: ") and expect in lines[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert fake.created == [] and not fake.buckets["bucket"]
+    if case.startswith("no-credentials"):
+        assert Store(mw_home).list_jobs() == []
     if case == "quota":  # the packages were uploaded, then deleted, and the error says so
         assert "(deleted the uploaded gs://bucket/multiworker/" in lines[0]
         assert any(method == "DELETE" for method, _ in fake.requests)
+
+
+@pytest.mark.parametrize("detach", [False, True], ids=["foreground", "detached"])
+def test_an_unreachable_google_cloud_is_one_line_naming_the_cause(tmp_path, mw_home, fake, detach):
+    """No network: one line naming the endpoint, the cause and the fix, at once (not after two
+    minutes of retries and their warnings), and no job id from --detach."""
+    port = free_ports(1)[0]  # nothing listens there
+    env = {"MULTIWORKER_VERTEX_ENDPOINT": f"http://127.0.0.1:{port}", "MULTIWORKER_GCS_ENDPOINT": f"http://127.0.0.1:{port}"}
+    args = ["run", package_spec(tmp_path), *VERTEX, "--staging-bucket", "gs://bucket", *(["--detach"] if detach else [])]
+    proc = mw(*args, home=mw_home, fake=fake, env=env)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert len(lines) == 1 and f"cannot reach Vertex AI at 127.0.0.1:{port} (Connection refused)" in lines[0], lines
+    assert "check the network connection" in lines[0] and "urllib3" not in proc.stderr
+    assert Store(mw_home).list_jobs() == []
 
 
 # each replica's output, the same for a Vertex task and a local process: a plain line, two epochs

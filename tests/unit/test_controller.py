@@ -380,3 +380,48 @@ def test_create_job_records_backend_and_options(tmp_path):
     with pytest.raises(UserError, match="--backend 'nope': unknown backend; choose one of local"):
         create_job(store, load_spec(tmp_path / "job.yaml"), backend="nope")
     assert len(store.list_jobs()) == 1
+
+
+def test_an_injection_after_the_last_epoch_says_so(tmp_path):
+    last = b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 2, "epochs": 2, "steps": 10}\n'
+    store, job_id = make_job(tmp_path, inject_failures=["worker-1@epoch:2"])
+    group = FakeGroup([{}, {W0: [0], W1: [0]}], logs={W0: [last]})
+    assert drive(store, job_id, group) is JobState.SUCCEEDED
+    (fired,) = [e["message"] for e in store.events(job_id) if e["reason"] == "InjectedFailure"]
+    assert "the last epoch (2) had finished" in fired and "worker-1@step:5" in fired
+
+
+class _Unplaceable(FakeGroup):
+    def place(self, replicas, attempt):
+        raise UserError("placement strict_spread puts each of the 2 replicas on its own node with 1 CPU: needs 2 "
+                        "nodes, the cluster has 1")
+
+
+def test_a_user_error_while_starting_ends_the_job_with_its_message_not_its_repr(tmp_path):
+    store, job_id = make_job(tmp_path)
+    obs = Recorder()
+    with pytest.raises(UserError):
+        drive(store, job_id, _Unplaceable([{}]), obs)
+    message = store.get_job(job_id).message
+    assert message.startswith("placement strict_spread puts") and "UserError" not in message
+    assert obs.finished == ("Failed", message)
+
+
+def test_run_prints_a_start_error_once(tmp_path, monkeypatch, capsys):
+    """One error line on stderr, exit 2; the console does not say it again as the job's end."""
+    import sys
+
+    from multiworker import cli
+    from multiworker.backends import base
+
+    (tmp_path / "prog.py").write_text("")
+    (tmp_path / "job.yaml").write_text("name: fake\nmodule: prog\npools: {worker: {replicas: 2}}\n")
+    monkeypatch.setattr(base, "get_backend", lambda name: ScriptedBackend(_Unplaceable([{}])))
+    monkeypatch.delenv("MULTIWORKER_DEBUG", raising=False)
+    monkeypatch.setattr(sys, "argv", ["multiworker", "run", str(tmp_path / "job.yaml"), "-q"])
+    with pytest.raises(SystemExit) as info:
+        cli.main()
+    out, err = capsys.readouterr()
+    assert info.value.code == 2
+    assert err.count("\n") == 1 and err.startswith("error: placement strict_spread") and "UserError" not in err, err
+    assert "needs 2 nodes" not in out, out

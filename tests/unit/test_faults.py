@@ -52,3 +52,27 @@ def test_injector_follows_the_jobs_progress_for_a_silent_replica():
     assert [i.trigger for i in injector.due(0.0)] == ["step"]
     injector.observe("worker-0", {"kind": "epoch", "epoch": 2, "steps": 10})
     assert [i.trigger for i in injector.due(0.0)] == ["epoch"] and injector.pending == []
+
+
+def test_an_injection_after_the_last_epoch_is_called_out_with_a_mid_training_one():
+    from multiworker.faults import Injector
+
+    injector = Injector([parse_injection("worker-1@epoch:2")])
+    injector.observe("worker-0", {"kind": "epoch", "epoch": 1, "epochs": 2, "steps": 468})
+    assert not injector.training_done()
+    injector.observe("worker-0", {"kind": "epoch", "epoch": 2, "epochs": 2, "steps": 468})
+    (fired,) = injector.due(0.0)
+    assert injector.training_done()
+    advice = injector.advice(fired)
+    assert "last epoch (2) had finished" in advice and "worker-1@step:234" in advice and "@epoch:1" in advice
+
+
+def test_the_summary_notes_injections_that_proved_nothing():
+    from multiworker.cli.run_cmd import injection_notes
+
+    events = [{"reason": "InjectedFailure", "message": "worker-1@step:300:KILL: sent SIGKILL to worker-1"},
+              {"reason": "InjectedFailure", "message": "worker-1@epoch:2:KILL: sent SIGKILL ...; the last epoch (2) had "
+                                                       "finished, so this tests no recovery"},
+              {"reason": "InjectionNotFired", "message": "worker-0@step:9999:KILL: never fired, the job ended first"},
+              {"reason": "Restarting", "message": "last epoch"}]
+    assert [n.split(":")[0] for n in injection_notes(events)] == ["worker-1@epoch", "worker-0@step"]

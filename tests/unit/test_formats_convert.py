@@ -174,7 +174,7 @@ def test_golden_native_to_vertex_and_aiplatform():
 
 LOSS = [
     ("vertex", ["chief_task_type=master"], "chief_task_type", "first pool `chief`"),
-    ("vertex", ["run_policy.backoff_limit=5"], "run_policy.backoff_limit", "no restart limit"),
+    ("vertex", ["run_policy.backoff_limit=5"], "run_policy.backoff_limit", "a limit of local restarts; Vertex AI has none"),
     ("vertex", ["run_policy.success_policy=all_workers"], "run_policy.success_policy", "chief's exit"),
     ("vertex", ["output_dir=./out"], "output_dir", "gs://BUCKET/PATH"),
     ("vertex", ["pools.ps.machine.cpu=4"], "pools.ps.machine.cpu", "has no cpu setting"),
@@ -244,11 +244,48 @@ def test_cloud_settings_without_native_home(tmp_path):
     assert "not carried over (cleanup and lifecycle settings): spec.runPolicy.cleanPodPolicy" in notes
 
 
-def test_python_package_job_cannot_convert_yet(tmp_path):
+VERTEX_PACKAGE_JOB = """
+displayName: taxifare
+jobSpec:
+  workerPoolSpecs:
+  - machineSpec: {machineType: n1-standard-4}
+    replicaCount: 1
+    pythonPackageSpec: &program
+      executorImageUri: us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest
+      packageUris: [gs://b/trainer-0.1.tar.gz]
+      pythonModule: trainer.task
+      args: [--epochs=2]
+  - machineSpec: {machineType: n1-standard-4}
+    replicaCount: 2
+    pythonPackageSpec: *program
+"""
+
+
+def test_a_python_package_job_converts_between_vertex_and_ai_platform(tmp_path):
+    path = tmp_path / "pkg.yaml"
+    path.write_text(VERTEX_PACKAGE_JOB)
+    doc, notes = convert(parse_job(path), "aiplatform", source=str(path))
+    ti = doc["trainingInput"]
+    assert (ti["pythonModule"], ti["packageUris"], ti["args"]) == ("trainer.task", ["gs://b/trainer-0.1.tar.gz"], ["--epochs=2"])
+    assert ti["runtimeVersion"] == "2.11" and ti["workerCount"] == 2
+    assert "masterConfig" not in ti and "workerConfig" not in ti  # no image: AI Platform installs the package
+    assert any("runtimeVersion 2.11" in n for n in notes)
+    back = tmp_path / "ai.yaml"
+    back.write_text(yaml.safe_dump(doc))
+    vertex_doc, _ = convert(parse_job(back), "vertex", source=str(back),
+                            image="us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest")
+    pools = vertex_doc["jobSpec"]["workerPoolSpecs"]
+    assert [p["pythonPackageSpec"]["packageUris"] for p in pools] == [["gs://b/trainer-0.1.tar.gz"]] * 2
+    assert [p["replicaCount"] for p in pools] == [1, 2] and all("containerSpec" not in p for p in pools)
+    same, _ = convert(parse_job(path), "vertex", source=str(path))
+    assert same["jobSpec"]["workerPoolSpecs"][1]["pythonPackageSpec"]["executorImageUri"].endswith("py310:latest")
+
+
+def test_a_python_package_job_cannot_go_where_packages_cannot_run(tmp_path):
     path = tmp_path / "pkg.yaml"
     path.write_text("trainingInput: {scaleTier: BASIC, pythonModule: trainer.task, packageUris: [gs://b/t.tar.gz]}\n")
-    with pytest.raises(SpecError, match=r"trainingInput.packageUris\[0\]: the native spec cannot hold Python packages"):
-        convert(parse_job(path), "vertex", source=str(path), image="gcr.io/p/x:1")
+    with pytest.raises(SpecError, match=r"trainingInput.packageUris\[0\]: tfjob cannot run Python packages"):
+        convert(parse_job(path), "tfjob", source=str(path), image="gcr.io/p/x:1")
 
 
 # -- schemas ------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ from pathlib import Path
 from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.failures import ReplicaFailure, summarize
 from multiworker.cluster import ReplicaId, replica_env, replica_ids
-from multiworker.errors import StartFailed
+from multiworker.errors import MultiworkerError, StartFailed
 from multiworker.faults import Injector, parse_injection
 from multiworker.job import JobRecord, JobState, Journal, ReplicaState
 from multiworker.policy import (
@@ -98,7 +98,8 @@ class GroupController:
         except BaseException as exc:  # never leave replicas or a Running record behind
             self._stop_all()
             self._close_group()
-            self._finish(JobState.FAILED, f"supervisor error: {exc!r}", reason="Failed")
+            message = str(exc) if isinstance(exc, MultiworkerError) else f"supervisor error: {exc!r}"
+            self._finish(JobState.FAILED, message, reason="Failed")
             raise
 
     # -- the restart loop ----------------------------------------------------------------
@@ -298,8 +299,9 @@ class GroupController:
                 self._event("InjectedFailure", f"{inj}: {inj.replica} was not running; nothing killed",
                             replica=inj.replica.name, warning=True)
                 continue
+            late = f"; {self.injector.advice(inj)}" if self.injector.training_done() else ""
             self._event("InjectedFailure", f"{inj}: sent {inj.signal_name} to {inj.replica} (pid {rep.pid}) "
-                        f"{now - self._first_attempt_started:.1f}s after the first attempt started",
+                        f"{now - self._first_attempt_started:.1f}s after the first attempt started{late}",
                         replica=inj.replica.name, warning=True)
         if now - self._last_sample >= _SAMPLE_EVERY:
             self._last_sample = now

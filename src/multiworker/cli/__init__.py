@@ -13,12 +13,14 @@ import sys
 
 import typer
 
+from multiworker.cli.help_panels import HelpGroup
 from multiworker.errors import BackendError, UserError
 
 __all__ = ["app", "main"]
 
 app = typer.Typer(
     name="multiworker",
+    cls=HelpGroup,
     help="Run distributed multi-worker TensorFlow jobs with the cloud's exact TF_CONFIG: on this machine, "
     "on a Ray cluster, on Kubernetes (JobSet or TFJob) or on Vertex AI; watch, serve and tune them; convert "
     "to and from Vertex AI, AI Platform, TFJob and JobSet.",
@@ -33,6 +35,24 @@ _COMMAND_MODULES = ("run_cmd", "gcloud_cmd", "spec_cmd", "jobs_cmd", "monitor_cm
 
 
 _registered: list[str] = []
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        from multiworker import __version__
+
+        typer.echo(f"multiworker {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _options(
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error instead of one line "
+                               "(also MULTIWORKER_DEBUG=1); allowed anywhere on the command line."),
+    version: bool = typer.Option(False, "--version", is_eager=True, callback=_print_version,
+                                 help="Print the version and exit."),
+) -> None:
+    """Options before the command (main() takes --debug out of the arguments before parsing)."""
 
 
 def _register_all() -> None:

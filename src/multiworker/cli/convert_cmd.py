@@ -19,8 +19,8 @@ def convert(
         help="Job spec (native YAML, Vertex CustomJob, AI Platform, TFJob, JobSet), or after `--` a gcloud training command.",
     ),
     to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob|jobset."),
-    image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob|jobset."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one (default: none; a cloud target may then refuse)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a native field first: pools.worker.replicas=3."),
     allow_loss: bool = typer.Option(
         False, "--allow-loss", help="Drop what the target cannot express (with a note) instead of failing."
@@ -33,7 +33,9 @@ def convert(
     custom-jobs create --display-name J --worker-pool-spec=...` (or `gcloud ai-platform jobs submit training`).
     Output to tfjob is checked against the Kubeflow TFJob CRD, to jobset against the JobSet CRD (v0.12.0),
     to vertex against the CustomJob schema.
-    What the target cannot express is an error naming the field (or a note with --allow-loss).
+    What the target cannot express is an error naming the field (or a note with --allow-loss), e.g.
+    `multiworker convert examples/taxifare/job.yaml --to vertex --image IMAGE --allow-loss` (its
+    run_policy.backoff_limit has no Vertex AI equivalent).
     """
     from multiworker.errors import SpecError
     from multiworker.spec.formats import parse_job

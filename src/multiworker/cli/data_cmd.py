@@ -25,12 +25,14 @@ def tfrecords(
     seed: int = typer.Option(0, "--seed", help="Seed of the split, the shard order and the augmentation."),
     workers: int = typer.Option(0, "--workers", help="Parallel decoders (0: one per CPU core)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON, without a progress bar."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's start-up log lines."),
 ) -> None:
     """Resize (and augment) images once into sharded TFRecords with a manifest."""
     import json
-    import os
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    from multiworker.cli.tf_quiet import import_tensorflow
+
+    import_tensorflow(verbose=verbose)
 
     from rich.console import Console
     from rich.progress import (

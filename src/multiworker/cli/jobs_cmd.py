@@ -46,24 +46,61 @@ def _store():
 
 
 # -- list ----------------------------------------------------------------------------------
+_SHRINKS = ("NAME", "STUDY")  # cut first (with …) when a terminal is too narrow
+_DROPS = ("DURATION", "AGE", "RESTARTS", "REPLICAS")  # then left out, in this order; ID and STATE never
+
+
+def fit_columns(header: list[str], rows: list[list[str]], width: int | None) -> tuple[list[str], list[int]]:
+    """The columns shown and their widths in ``width`` characters (None: no limit): ids and states in
+    full always; names and studies cut, then the least needed columns left out, until the rows fit."""
+    widths = {h: max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(header)}
+    shown = list(header)
+
+    def total() -> int:
+        return sum(widths[h] for h in shown) + 2 * (len(shown) - 1)
+
+    if width is not None:
+        for name in _SHRINKS:
+            if name in shown and total() > width:
+                widths[name] = max(len(name), 8, widths[name] - (total() - width))
+        for name in _DROPS:
+            if name in shown and total() > width:
+                shown.remove(name)
+    return shown, [widths[h] for h in shown]
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def render_list(rows: list[dict], console: Console) -> None:
+    """Aligned columns; job ids and states are never cut (a pipe gets every column in full)."""
     if not rows:
         console.print("no jobs yet; start one with `multiworker run job.yaml`")
         return
-    table = Table(box=None, pad_edge=False)
     studies = any(r.get("study") for r in rows)  # tuning trials: a STUDY column
-    for col in ("ID", "NAME", *(["STUDY"] if studies else []), "STATE", "REPLICAS", "RESTARTS", "AGE", "DURATION"):
-        table.add_column(col, no_wrap=True)
+    header = ["ID", "NAME", *(["STUDY"] if studies else []), "STATE", "REPLICAS", "RESTARTS", "AGE", "DURATION"]
+    cells = []
     for r in rows:
         replicas = f"{r['running']}/{r['replicas']}" if r["state"] in ("Running", "Restarting", "Pending") else str(r["replicas"])
-        study = [escape(r.get("study") or "-")] if studies else []
-        table.add_row(r["id"], escape(r["name"]), *study, _state(r["state"]), replicas, str(r["restarts"]),
-                      fmt_duration(r["age_seconds"]), fmt_duration(r["duration_seconds"]))
-    console.print(table)
+        study = [r.get("study") or "-"] if studies else []
+        cells.append([r["id"], r["name"], *study, r["state"], replicas, str(r["restarts"]),
+                      fmt_duration(r["age_seconds"]), fmt_duration(r["duration_seconds"])])
+    shown, widths = fit_columns(header, cells, console.width if console.is_terminal else None)
+    index = [header.index(h) for h in shown]
+    console.print("[bold]" + escape("  ".join(h.ljust(w) for h, w in zip(shown, widths)).rstrip()) + "[/bold]",
+                  soft_wrap=True)
+    for row in cells:
+        parts = []
+        for i, h, w in zip(index, shown, widths):
+            text = _cut(row[i], w)
+            pad = " " * (w - len(text))
+            parts.append((_state(escape(text)) if h == "STATE" else escape(text)) + pad)
+        console.print("  ".join(parts).rstrip(), soft_wrap=True)
 
 
 def list_jobs(
-    limit: Optional[int] = typer.Option(None, "--limit", "-n", help="Show only the newest N jobs."),
+    limit: Optional[int] = typer.Option(None, "--limit", "-n", help="Show only the newest N jobs (default: all)."),
     as_json: bool = JSON_OPT,
 ) -> None:
     """List jobs, newest first: id, name, state, replicas (running/total), restarts, age, duration."""

@@ -44,10 +44,10 @@ def watch(
 
 def logs(
     job: str = JOB_ARG,
-    replica: Optional[str] = typer.Option(None, "--replica", "-r", help="Only this replica (worker-1), or `supervisor`."),
+    replica: Optional[str] = typer.Option(None, "--replica", "-r", help="Only this replica (worker-1), or `supervisor` (default: every replica)."),
     attempt: Optional[int] = typer.Option(None, "--attempt", "-a", min=0, help="This attempt (default: the latest)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Stream new lines, across restarts, until the job ends."),
-    tail: Optional[int] = typer.Option(None, "--tail", "-n", min=0, help="Start with the last N lines of each replica."),
+    tail: Optional[int] = typer.Option(None, "--tail", "-n", min=0, help="Start with the last N lines of each replica (default: all lines)."),
     prefix: Optional[bool] = typer.Option(None, "--prefix/--no-prefix", help="Prefix lines with \\[worker-1] "
                                           "(default: when showing more than one replica)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per line: replica, attempt, line."),

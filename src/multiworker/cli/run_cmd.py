@@ -10,6 +10,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from multiworker.backends.base import backend_names
 from multiworker.cli.backend_opts import BACKEND_OPT_HELP, BackendCommand, backend_options
@@ -37,19 +38,20 @@ def run(
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
     inject_failure: list[str] = typer.Option(
-        [], "--inject-failure", help="Kill a replica once: ROLE-INDEX@WHEN[:SIGNAL], WHEN a duration (15s), epoch:N or step:N; "
-                                "e.g. worker-1@epoch:2:KILL."
+        [], "--inject-failure", help="Kill a replica once, to prove recovery: ROLE-INDEX@WHEN[:SIGNAL], WHEN a duration (15s), "
+                                "epoch:N (once epoch N has finished) or step:N; e.g. worker-1@step:300 (mid-training "
+                                "in the MNIST demo), worker-1@epoch:1:TERM."
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),
-    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's INFO/WARNING log lines."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show library INFO lines and TensorFlow's start-up log lines (the replica logs always hold them)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND; "
                                     "with a backend whose platform runs the pools (one with an --image option "
                                     "below): the container image they run."),
-    dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
+    dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile (default: the spec's module or command)."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
-    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow more replicas than the 256 cap."),
+    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow up to N replicas (default: at most 256)."),
     backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
     backend_opt: list[str] = typer.Option([], "--backend-opt", "-B", help=BACKEND_OPT_HELP),
 ) -> None:
@@ -76,6 +78,7 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     """Record and run a loaded job (any source: a spec file, a gcloud command line); return the exit code."""
     from multiworker.backends.base import get_backend
     from multiworker.backends.daemon import start_detached
+    from multiworker.errors import MultiworkerError
     from multiworker.faults import check_injections, parse_injection
     from multiworker.job import Store
     from multiworker.jobs import create_job
@@ -101,7 +104,14 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
         return 0
     console.print(f"[bold]job {job_id}[/bold] ({loaded.spec.name}): {counts}")
     console.print(f"  output: {job.output_dir}\n  logs:   {job.job_dir}")
-    state = get_backend(backend).run(store, job_id, ConsoleObserver(quiet=quiet, verbose=verbose, console=console))
+    observer = ConsoleObserver(quiet=quiet, verbose=verbose, console=console, defer_end=True)
+    try:
+        state = get_backend(backend).run(store, job_id, observer)
+    except BaseException as exc:
+        if not (isinstance(exc, MultiworkerError) and observer.finished and observer.finished[1] == str(exc)):
+            observer.print_end()
+        raise  # a user or backend error that ended the job: its one error line says it, once
+    observer.print_end()
     _print_outcome(console, store, job_id, state)
     return state.exit_code
 
@@ -130,6 +140,14 @@ def _print_outcome(console: Console, store, job_id: str, state: str) -> None:
         if metrics.exists():
             console.print(f"  metrics: {metrics}")
     console.print(f"  restarts: {job.restarts}   status: multiworker status {job_id}")
+    for note in injection_notes(store.events(job_id)):
+        console.print(f"  [yellow]injection: {escape(note)}[/yellow]")
+
+
+def injection_notes(events: list[dict]) -> list[str]:
+    """The summary's word on --inject-failure when it proved nothing: fired after training, or never."""
+    return [e["message"] for e in events
+            if e["reason"] == "InjectionNotFired" or (e["reason"] == "InjectedFailure" and "last epoch" in e["message"])]
 
 
 class _RunCommand(BackendCommand):

@@ -23,9 +23,13 @@ def serve(
     max_queue: int = typer.Option(1000, "--max-queue", min=1, help="Requests waiting at most; more get 503."),
     no_batching: bool = typer.Option(False, "--no-batching", help="Run each request on its own."),
     as_json: bool = typer.Option(False, "--json", help="Print the URL and model as JSON once it serves."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Also show TensorFlow's start-up log lines."),
 ) -> None:
     """Serve a trained model: TF Serving's REST API (:predict, :classify, :regress, metadata) and Vertex AI's
     prediction shape, with server-side batching and metrics at /monitoring/metrics. Ctrl-C stops it."""
+    from multiworker.cli.tf_quiet import import_tensorflow
+
+    import_tensorflow(verbose=verbose)
     from multiworker.serve import BatchOptions
     from multiworker.serve.server import parse_duration_ms
     from multiworker.serve.server import serve as run_server

@@ -14,12 +14,12 @@ __all__ = ["register"]
 def validate(
     spec_file: Path = typer.Argument(..., help="Job spec file (any supported format)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the format: native|vertex|aiplatform|tfjob|jobset."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
-    dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile."),
+    dockerfile: Optional[Path] = typer.Option(None, "--dockerfile", help="Run the entry point of this Dockerfile (default: the spec's module or command)."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
     as_json: bool = typer.Option(False, "--json", help="Print the resolved native spec as JSON."),
-    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow more replicas than the 256 cap."),
+    max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow up to N replicas (default: at most 256)."),
 ) -> None:
     """Check a job spec without running it; exit 2 with a one-line error if it is invalid. A tuning config
     (hptuning.yaml, a Vertex AI HyperparameterTuningJob) is checked as `tune` reads it, with its trial job."""
@@ -85,7 +85,7 @@ def _job_summary(loaded) -> str:
             f"backoff_limit {spec.run_policy.backoff_limit}, {thread_budget(spec)} thread(s) per replica")
 
 
-def schema(output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write to a file instead of stdout.")) -> None:
+def schema(output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write to this file (default: stdout).")) -> None:
     """Print the JSON Schema of the native job spec (for editors: yaml-language-server)."""
     from multiworker.spec.model import JobSpec
 

@@ -3,6 +3,7 @@ and convert its config between the AI Platform and Vertex AI forms."""
 
 from __future__ import annotations
 
+import copy
 import json
 import re
 import shlex
@@ -31,6 +32,24 @@ class _DefaultRunGroup(typer.core.TyperGroup):
         if args and args[0] not in self.commands and args[0] not in ("--help", "-h"):
             args = ["run", *args]
         return super().parse_args(ctx, args)
+
+    def format_help(self, ctx, formatter):
+        """``tune --help`` also lists the options of ``tune run``, the command ``tune SPEC ...`` runs."""
+        run = self.commands.get("run")
+        if run is None:
+            return super().format_help(ctx, formatter)
+        own = self.params
+        shown = []
+        for param in run.params:
+            if isinstance(param, typer.core.TyperOption):
+                param = copy.copy(param)
+                param.rich_help_panel = "Options of `tune run` (what `tune SPEC ...` runs)"
+                shown.append(param)
+        self.params = [*own, *shown]
+        try:
+            return super().format_help(ctx, formatter)
+        finally:
+            self.params = own
 
 
 tune_app = typer.Typer(cls=_DefaultRunGroup, no_args_is_help=True, help=(
@@ -92,16 +111,16 @@ def run(
     spec_file: Path = typer.Argument(..., help="Job spec (any format), or a tuning file that holds its trial job."),
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     config: Optional[Path] = typer.Option(None, "--config", help="Tuning config: AI Platform hyperparameters or a "
-                                          "Vertex studySpec (if SPEC has none)."),
+                                          "Vertex studySpec (default: the one SPEC holds)."),
     parallel: Optional[int] = typer.Option(None, "--parallel", min=1, help="Trials at a time (default: the config's)."),
     max_trials: Optional[int] = typer.Option(None, "--max-trials", min=1, help="Total trials (default: the config's)."),
     study_name: Optional[str] = typer.Option(None, "--study", help="Study name (default: the config's or job's name)."),
     resume: bool = typer.Option(False, "--resume", help="Continue the stored study: run only its remaining trials."),
     backend: str = typer.Option("local", "--backend", help=f"Backend that runs each trial's job: {' | '.join(backend_names())}."),
     backend_opt: list[str] = typer.Option([], "--backend-opt", "-B", help=BACKEND_OPT_HELP),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Seed the sampler, for a repeatable search."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Seed the sampler, for a repeatable search (default: random)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a job spec field (repeatable)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the job spec format: native|vertex|aiplatform|tfjob|jobset."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the job spec format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     image: list[str] = typer.Option([], "--image", help="Map a container image to a local command: IMAGE=COMMAND."),
     map_path: list[str] = typer.Option([], "--map-path", help="Map a cloud path to a local dir: gs://bucket=./dir."),
 ) -> None:
@@ -196,7 +215,7 @@ def _print_event(console: Console, kind: str, info: dict, metric: str) -> None:
 def show(
     study_name: Optional[str] = typer.Argument(None, help="Study name; without it, list the studies."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Also plot the metric against each "
-                                          "parameter to this file (.png, .svg, .pdf)."),
+                                          "parameter to this file (.png, .svg, .pdf; default: no plot)."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON."),
 ) -> None:
     """Show a study's trials (state, parameters, metric, job) and its best trial; list studies."""
@@ -231,10 +250,10 @@ def show(
 def convert(
     config: Path = typer.Argument(..., help="Tuning config: AI Platform hyperparameters or a Vertex studySpec."),
     to: str = typer.Option(..., "--to", help="Target form: vertex|aiplatform."),
-    job: Optional[Path] = typer.Option(None, "--job", help="Job spec to include as the trial job (any format)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the --job format."),
-    image: Optional[str] = typer.Option(None, "--image", help="Container image for the job's pools without one."),
-    name: Optional[str] = typer.Option(None, "--study", help="displayName / jobId to write."),
+    job: Optional[Path] = typer.Option(None, "--job", help="Job spec to include as the trial job (any format; default: the config's own, if any)."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the --job format (default: detected from the file)."),
+    image: Optional[str] = typer.Option(None, "--image", help="Container image for the job's pools without one (default: none)."),
+    name: Optional[str] = typer.Option(None, "--study", help="displayName / jobId to write (default: the config's or the job's name)."),
     allow_loss: bool = typer.Option(False, "--allow-loss", help="Drop what the target cannot express, with a note."),
     output: Optional[Path] = typer.Option(None, "-o", "--output", help="Write here (.json for JSON); default stdout."),
 ) -> None:

@@ -8,6 +8,7 @@ import dataclasses
 import json
 import logging
 import os
+import re
 from typing import Any
 
 from multiworker.errors import UserError
@@ -92,7 +93,7 @@ class Cluster:
             else:
                 fix = detail or exc.reason or "see the API server's logs"
             return UserError(f"kubernetes {self.where}: {doing}: {status} {exc.reason}: {fix}")
-        return UserError(f"kubernetes {self.where}: {doing}: cannot reach the API server ({_short(exc)}); "
+        return UserError(f"kubernetes {self.where}: {doing}: cannot reach the API server ({_unreachable(exc)}); "
                          "check the cluster is up and the context is right: kubectl cluster-info")
 
 
@@ -106,6 +107,22 @@ def _message(exc) -> str:
 def _short(exc: Exception) -> str:
     text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
     return text[:200]
+
+
+def _unreachable(exc: Exception) -> str:
+    """Why a connection failed, in a few words: urllib3's MaxRetryError wraps the last error in
+    ``reason`` and its text in object reprs ("[Errno 111] Connection refused", "timed out", a TLS error)."""
+    reason: Any = exc
+    while getattr(reason, "reason", None) is not None and isinstance(reason.reason, BaseException):
+        reason = reason.reason
+    text = str(reason)
+    found = re.search(r"\[Errno -?\d+\] [^'\")(]+", text) or re.search(r"(?:CERTIFICATE_VERIFY_FAILED|certificate "
+                                                                       r"verify failed)[^'\")]*", text)
+    if found:
+        return found.group(0).strip()
+    if "timed out" in text.lower():
+        return "connection timed out"
+    return _short(reason) if isinstance(reason, Exception) else _short(exc)
 
 
 def connect(context: str | None = None) -> Cluster:
@@ -144,6 +161,8 @@ def connect(context: str | None = None) -> Cluster:
         raise UserError(f"kubernetes: no kubeconfig (KUBECONFIG is unset and {default} does not exist) and not "
                         "inside a cluster; set KUBECONFIG or pass --context after `kubectl config` sets one up")
     configuration.retries = 2
+    # urllib3 logs a warning for each of those retries; the one-line error says what failed
+    logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
     return Cluster(client.ApiClient(configuration), context=name, server=configuration.host, namespace=namespace)
 
 

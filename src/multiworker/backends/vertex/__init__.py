@@ -78,7 +78,14 @@ class VertexBackend(Backend):
         return plan
 
     def check(self, loaded, options: VertexOptions) -> list[str]:
-        return self._plan(loaded.spec, options.resolved(), job_id="check", source=loaded.source).notes
+        """The plan, then credentials and a reachable endpoint: refused here, before a detached run
+        prints a job id."""
+        opts = options.resolved()
+        plan = self._plan(loaded.spec, opts, job_id="check", source=loaded.source)
+        from multiworker.backends.vertex.gcp import Cloud
+
+        Cloud(opts.project, opts.region).probe(storage=bool(plan.package_pools))
+        return plan.notes
 
     # -- run ------------------------------------------------------------------------------------
     def drive(self, record: JobRecord, options: VertexOptions, journal: Journal) -> JobState:

@@ -57,6 +57,11 @@ def api_error(exc: Exception, *, project: str, region: str, what: str) -> Except
     if isinstance(exc, gexc.NotFound):
         return UserError(f"--project {project} --region {region}: {what}: not found ({message}); check the "
                          "project id and that Vertex AI is offered in the region")
+    if isinstance(exc, gexc.RetryError):  # retried to its deadline: the last error is the cause
+        cause = exc.cause
+        reason = " ".join(str(getattr(cause, "message", None) or cause).split())[:300] if cause else message
+        return BackendError(f"{what}: no answer from Google Cloud after retrying ({reason}); check the network "
+                            "connection (or set HTTPS_PROXY) and retry")
     if isinstance(exc, gexc.InvalidArgument):
         return UserError(f"{what}: Vertex AI rejected the job ({message}); fix the spec field it names")
     return BackendError(f"{what}: {message}")
@@ -73,6 +78,8 @@ class Cloud:
             from google.auth.exceptions import DefaultCredentialsError, RefreshError
         except ImportError as exc:
             raise _import_error(exc) from exc
+        # urllib3 logs a warning for each connection retry; the one-line error below says what failed
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
         if os.environ.get("MULTIWORKER_VERTEX_ENDPOINT", "").startswith("http://"):
             from google.auth.credentials import AnonymousCredentials
 
@@ -91,6 +98,34 @@ class Cloud:
             quiet.setLevel(level)
         self._refresh_error = RefreshError
         self._jobs = self._storage = self._session = None
+
+    def _endpoints(self, *, storage: bool) -> list[tuple[str, str]]:
+        vertex = os.environ.get("MULTIWORKER_VERTEX_ENDPOINT") or f"{self.region}-aiplatform.googleapis.com"
+        named = [("Vertex AI", vertex)]
+        if storage:
+            named.append(("Cloud Storage", os.environ.get("MULTIWORKER_GCS_ENDPOINT") or "storage.googleapis.com"))
+        return named
+
+    def probe(self, *, storage: bool = False, timeout: float = 10.0) -> None:
+        """Fail fast, in one line, where Google Cloud cannot be reached at all (no network, DNS, a
+        firewall): the clients would retry for two minutes and end with "Timeout of 120.0s exceeded".
+        An endpoint reached through a proxy (HTTPS_PROXY) is left to the clients."""
+        import socket
+        import urllib.parse
+        import urllib.request
+
+        for what, endpoint in self._endpoints(storage=storage):
+            url = urllib.parse.urlsplit(endpoint if "://" in endpoint else f"https://{endpoint}")
+            host, port = url.hostname or "", url.port or (80 if url.scheme == "http" else 443)
+            proxies = urllib.request.getproxies()
+            if proxies.get(url.scheme) and not urllib.request.proxy_bypass(host):
+                continue
+            try:
+                socket.create_connection((host, port), timeout=timeout).close()
+            except OSError as exc:
+                reason = exc.strerror or str(exc) or type(exc).__name__
+                raise BackendError(f"--backend vertex: cannot reach {what} at {host}:{port} ({reason}); check the "
+                                   "network connection (or set HTTPS_PROXY) and retry") from exc
 
     # -- clients (lazy) ----------------------------------------------------------------------
     def jobs(self):

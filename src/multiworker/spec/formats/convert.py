@@ -22,6 +22,7 @@ WRITERS: dict[str, Callable[[Target], dict]] = {
 # Settings that only say how to run here (interpreter, directories, threads, Ray placement): noted, never an error.
 _LOCAL_ONLY = ("working_dir", "python", "threads_per_replica", "placement")
 _LOCAL_ONLY_POLICY = ("backoff", "evaluator_timeout")
+_PACKAGE_TARGETS = ("vertex", "aiplatform")
 
 
 def convert(parsed: Parsed, to: str, *, source: str, image: str | None = None,
@@ -41,12 +42,20 @@ def convert(parsed: Parsed, to: str, *, source: str, image: str | None = None,
 
 def _carry_over(target: Target, parsed: Parsed) -> None:
     """What the source held that the native spec cannot: errors for what the program sees, notes else."""
-    for _role, packages in parsed.packages.items():
-        target.lose(packages[0][1], "the native spec cannot hold Python packages (packageUris); build a container "
-                    "image with the package instead")
+    for role, packages in parsed.packages.items():
+        if target.to in _PACKAGE_TARGETS:  # both clouds run a module from packageUris
+            target.packages[role] = [uri for uri, _ in packages]
+            continue
+        target.lose(packages[0][1], f"{target.to} cannot run Python packages (packageUris), only Vertex AI and AI "
+                    "Platform can; build a container image with the package instead")
     for field, message in parsed.conflicts:
         target.lose(field, message)
     for kind, field in parsed.dropped:
+        if kind == "runtime" and target.packages:  # the package job's runtime: the target's own rule applies
+            target.notes.append(f"{field}: a Python package runs on "
+                                + ("the executor image (--image or the pools' image)" if target.to == "vertex"
+                                   else "the runtime version written below"))
+            continue
         if kind in LOSSY_KINDS:
             target.lose(field, f"{KINDS[kind]} have no equivalent in the native spec")
     noted = [(k, f) for k, f in parsed.dropped if k not in LOSSY_KINDS]

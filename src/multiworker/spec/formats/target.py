@@ -24,6 +24,9 @@ class Target:
     image: str | None = None
     allow_loss: bool = False
     notes: list[str] = dataclasses.field(default_factory=list)
+    #: role -> the Python package URIs its program runs from (a package job read from Vertex AI or
+    #: AI Platform, written to either of them)
+    packages: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     def lose(self, field: str, message: str, *, instead: str = "drop it") -> None:
         """``field`` cannot be expressed in the target: an error, or a note with ``allow_loss``."""
@@ -46,7 +49,8 @@ class Target:
                               "replicas only after system failures (like ExitCode: a kill or preemption), never "
                               "after an error in the program")
         if self.explicit("backoff_limit") and policy.backoff_limit != 3:
-            self.lose("run_policy.backoff_limit", f"{platform} has no restart limit")
+            self.lose("run_policy.backoff_limit", f"is {policy.backoff_limit}, a limit of local restarts; {platform} "
+                      "has none (it retries system failures by its own rule)")
         if policy.success_policy != "chief":
             self.lose("run_policy.success_policy", f"on {platform} the {primary}'s exit decides the job")
         if self.explicit("grace_period"):

@@ -41,9 +41,11 @@ def write(t: Target) -> dict:
         args = args if stripped is None else stripped
         programs[role] = (program, t.command(program), args, replicas)
     ti: dict[str, Any] = {"scaleTier": "CUSTOM"}
-    master_image = programs["chief"][0].image
-    shared_args = {tuple(a) for _, c, a, _ in programs.values() if not c}
-    use_shared = len(shared_args) == 1 and all(not c for _, c, _, _ in programs.values())
+    if t.packages:
+        _package_job(t, ti, programs)
+    master_image = None if t.packages else programs["chief"][0].image
+    shared_args = {tuple(a) for _, c, a, _ in programs.values() if not c or t.packages}
+    use_shared = len(shared_args) == 1 and (bool(t.packages) or all(not c for _, c, _, _ in programs.values()))
     for role, stem in TIERS:
         if role not in programs:
             continue
@@ -57,7 +59,8 @@ def write(t: Target) -> dict:
             ti[f"{stem}Type"] = machine.get("machine_type", DEFAULT_MACHINE_TYPE)
         if role != "chief":
             ti[f"{stem}Count"] = replicas
-        config = _config(program.image, master_image, role, command, [] if use_shared else args, machine)
+        config = _config(None if t.packages else program.image, master_image, role,
+                         None if t.packages else command, [] if use_shared else args, machine)
         if config:
             ti[f"{stem}Config"] = config
     if use_shared and shared_args != {()}:
@@ -70,10 +73,28 @@ def write(t: Target) -> dict:
     return {"jobId": name, "trainingInput": ti}
 
 
+def _package_job(t: Target, ti: dict, programs: dict) -> None:
+    """A Python package job: one module and one set of packages for every pool, run on a runtime
+    version (AI Platform installs the packages; there is no image)."""
+    uris = {tuple(t.packages.get(r, ())) for r in t.packages}
+    modules = {p.module for p, _, _, _ in programs.values()}
+    args = {tuple(a) for _, _, a, _ in programs.values()}
+    if len(uris) > 1 or len(modules) > 1 or len(args) > 1 or len(t.packages) < len({r for r in t.spec.pools}):
+        t.lose("pools", "AI Platform runs one module from one set of packageUris, with the same args, in every pool; "
+                        "make the pools' programs the same")
+    ti["pythonModule"] = next(iter(modules))
+    ti["packageUris"] = list(next(iter(uris)))
+    ti["runtimeVersion"], ti["pythonVersion"] = "2.11", "3.7"
+    images = sorted({p.image for p, _, _, _ in programs.values() if p.image})
+    t.notes.append("a Python package job runs on an AI Platform runtime version, not an executor image: wrote "
+                   "runtimeVersion 2.11 (TensorFlow 2.11, the last) and pythonVersion 3.7"
+                   + (f" in place of {', '.join(images)}" if images else ""))
+
+
 def _config(image: str | None, master_image: str | None, role: str, command: list[str] | None, args: list[str],
             machine: dict) -> dict:
     config: dict[str, Any] = {}
-    if role == "chief" or image != master_image:
+    if image and (role == "chief" or image != master_image):
         config["imageUri"] = image
     if command:
         config["containerCommand"] = command

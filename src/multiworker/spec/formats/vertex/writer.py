@@ -43,8 +43,11 @@ def write(t: Target) -> dict:
 
 def _pool(t: Target, role: str, replicas: int, program_role: str) -> dict:
     program = t.program(program_role)
+    packages = t.packages.get(program_role)
     container: dict[str, Any] = {"imageUri": program.image}
-    command = t.command(program)
+    if packages:  # a Python package job: the image is the executor that installs and runs them
+        container = {"executorImageUri": program.image, "packageUris": list(packages), "pythonModule": program.module}
+    command = None if packages else t.command(program)
     if command:
         container["command"] = command
     if program.args:
@@ -56,7 +59,8 @@ def _pool(t: Target, role: str, replicas: int, program_role: str) -> dict:
     if "machineType" not in machine_spec:
         machine_spec["machineType"] = DEFAULT_MACHINE_TYPE
         t.notes.append(f"pools.{role} has no machine.machine_type; Vertex AI needs one: {DEFAULT_MACHINE_TYPE}")
-    pool: dict[str, Any] = {"machineSpec": machine_spec, "replicaCount": replicas, "containerSpec": container}
+    pool: dict[str, Any] = {"machineSpec": machine_spec, "replicaCount": replicas,
+                            ("pythonPackageSpec" if packages else "containerSpec"): container}
     disk = {_DISK_SPEC[k]: v for k, v in machine.items() if k in _DISK_SPEC}
     if disk:
         pool["diskSpec"] = disk
