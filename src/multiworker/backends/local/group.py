@@ -32,10 +32,11 @@ class LocalGroup(ReplicaGroup):
     """Replicas as local processes (see :class:`~multiworker.backends.base.ReplicaGroup`)."""
 
     def __init__(self, host: str = "127.0.0.1", *, network: JobNetwork | None = None,
-                 ports: PortReservations | None = None):
+                 ports: PortReservations | None = None, base_env: dict[str, str] | None = None):
         self.host = host
         self.network = network
         self.ports = ports
+        self.base_env = dict(base_env or {})  # under each replica's own env (the storage stand-in's)
         self._procs: dict[ReplicaId, procs.Child | forkserver.ForkedChild] = {}
         self._servers: dict[tuple, forkserver.ForkServer | None] = {}  # None: that zygote could not serve
         self._logs: dict[ReplicaId, Path] = {}
@@ -50,7 +51,7 @@ class LocalGroup(ReplicaGroup):
         return {rid: Placement(self.host, port) for rid, port in zip(replicas, ports)}
 
     def start(self, replica: ReplicaId, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
-        full = procs.child_environ(env)
+        full = procs.child_environ({**self.base_env, **env})
         proc = self._fork(cmd, cwd, full, log_path)
         if proc is None:
             enter = self.network.enter if self.network is not None else None
