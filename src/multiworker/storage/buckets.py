@@ -7,11 +7,14 @@ put in DIR by hand are objects too.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import hashlib
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Mount", "BucketMap", "ObjectInfo", "BadName", "parse_mounts"]
 
@@ -49,6 +52,35 @@ class ObjectInfo:
     size: int
     mtime_ns: int
     is_dir: bool = False
+    hashes: dict[str, str] | None = None  # crc32c and md5Hash (base64), where known
+
+
+class _Hasher:
+    """crc32c (google-crc32c, where installed) and md5 of a stream, in the JSON API's base64 form."""
+
+    def __init__(self) -> None:
+        try:
+            import google_crc32c
+
+            self.crc: Any = google_crc32c.Checksum()
+        except ImportError:
+            self.crc = None
+        self.md5 = hashlib.md5(usedforsecurity=False)
+
+    def update(self, data: bytes) -> None:
+        self.md5.update(data)
+        if self.crc is not None:
+            self.crc.update(data)
+
+    def result(self) -> dict[str, str]:
+        out = {"md5Hash": base64.b64encode(self.md5.digest()).decode()}
+        if self.crc is not None:
+            out["crc32c"] = base64.b64encode(self.crc.digest()).decode()
+        return out
+
+
+# Objects up to this size get their checksums computed when asked for (google-cloud-storage checks them).
+HASH_ON_READ_LIMIT = 64 << 20
 
 
 class BucketMap:
@@ -56,9 +88,11 @@ class BucketMap:
 
     def __init__(self, mounts: Iterable[Mount]):
         self.mounts = sorted(mounts, key=lambda m: (m.bucket, -len(m.prefix)))
-        # Directories whose placeholder was deleted while objects remained in them: removed once empty,
-        # as the prefix vanishes from a bucket once its placeholder and its last object are gone.
-        self._doomed: set[Path] = set()
+        # Directories written as ``x/`` placeholders (TensorFlow's makedirs): listed as objects and kept
+        # when emptied. Other directories exist only through what they hold, as a prefix in a bucket
+        # does: not listed as objects, and removed when a delete empties them.
+        self._markers: set[Path] = set()
+        self._hashes: dict[tuple[Path, int, int], dict[str, str]] = {}  # (path, size, mtime_ns) -> checksums
 
     @property
     def buckets(self) -> list[str]:
@@ -76,7 +110,9 @@ class BucketMap:
                 return m.root / rest if rest else m.root
         return None
 
-    def stat(self, bucket: str, name: str) -> ObjectInfo | None:
+    def stat(self, bucket: str, name: str, *, hashes: bool = False) -> ObjectInfo | None:
+        """An object's size and time; ``hashes``: with its checksums (computed once for a file up to
+        HASH_ON_READ_LIMIT, remembered for what was written here)."""
         path = self.path(bucket, name)
         if path is None:
             return None
@@ -85,32 +121,49 @@ class BucketMap:
         except OSError:
             return None
         if path.is_dir():
-            return ObjectInfo(name, 0, st.st_mtime_ns, True) if name.endswith("/") or not name else None
-        return ObjectInfo(name, st.st_size, st.st_mtime_ns) if not name.endswith("/") else None
+            return ObjectInfo(name, 0, st.st_mtime_ns, True) if name.endswith("/") and self._is_marker(path) else None
+        if name.endswith("/"):
+            return None
+        key = (path, st.st_size, st.st_mtime_ns)
+        if hashes and key not in self._hashes and st.st_size <= HASH_ON_READ_LIMIT:
+            hasher = _Hasher()
+            try:
+                with open(path, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        hasher.update(chunk)
+            except OSError:
+                return None
+            self._hashes[key] = hasher.result()
+        return ObjectInfo(name, st.st_size, st.st_mtime_ns, hashes=self._hashes.get(key) if hashes else None)
 
     def write(self, bucket: str, name: str, chunks: Iterable[bytes]) -> ObjectInfo:
         """Write an object atomically (a temporary file renamed over it); ``x/`` makes a directory."""
         path = self.path(bucket, name)
         if path is None:
             raise PermissionError(f"gs://{bucket}/{name} is outside every --map-path of bucket {bucket}")
-        self._doomed.difference_update([path, *path.parents])
         if name.endswith("/"):
             for _ in chunks:
                 pass
             path.mkdir(parents=True, exist_ok=True)
+            self._markers.add(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".upload", dir=path.parent)
+            hasher = _Hasher()
             try:
                 with os.fdopen(fd, "wb") as out:
                     for chunk in chunks:
                         out.write(chunk)
+                        hasher.update(chunk)
                 os.replace(tmp, path)
             except BaseException:
                 Path(tmp).unlink(missing_ok=True)
                 raise
-        info = self.stat(bucket, name)
-        assert info is not None
+            st = path.stat()
+            self._hashes[(path, st.st_size, st.st_mtime_ns)] = hasher.result()
+        info = self.stat(bucket, name, hashes=True)
+        if info is None:
+            raise FileNotFoundError(f"gs://{bucket}/{name} was removed while it was written")
         return info
 
     def delete(self, bucket: str, name: str) -> bool:
@@ -120,24 +173,33 @@ class BucketMap:
         roots = {m.root for m in self.mounts}
         try:
             if name.endswith("/"):
-                if not path.is_dir() or path in roots:
+                if not self._is_marker(path) or path in roots:
                     return False
-                self._doomed.add(path)
+                self._markers.discard(path)
+                here = path
             elif path.is_file():
                 path.unlink()
+                here = path.parent
             else:
                 return False
         except FileNotFoundError:
             return False
-        here = path if name.endswith("/") else path.parent
-        while here in self._doomed and here not in roots:
+        while here not in roots and here not in self._markers:
             try:
                 here.rmdir()
             except OSError:  # objects remain in it
                 break
-            self._doomed.discard(here)
             here = here.parent
         return True
+
+    def _is_marker(self, path: Path) -> bool:
+        """Whether a directory stands for a placeholder object: written as one, or empty."""
+        if path in self._markers:
+            return path.is_dir()
+        try:
+            return path.is_dir() and next(os.scandir(path), None) is None
+        except OSError:
+            return False
 
     def list(self, bucket: str, prefix: str = "", delimiter: str = "") -> tuple[list[ObjectInfo], list[str]]:
         """(objects, prefixes) as the JSON API's objects.list returns them, sorted by name.
@@ -159,7 +221,7 @@ class BucketMap:
                 base, root = m.prefix, m.root
             else:
                 continue
-            for info in _walk(root, base, recursive=not shallow):
+            for info in self._walk(root, base, recursive=not shallow):
                 if not info.name.startswith(prefix) or info.name in items:
                     continue
                 if self.path(bucket, info.name) != _path_of(m, info.name):
@@ -172,33 +234,33 @@ class BucketMap:
                     items[info.name] = info
         return [items[k] for k in sorted(items)], sorted(prefixes)
 
+    def _walk(self, root: Path, base: str, *, recursive: bool) -> Iterator[ObjectInfo]:
+        """Objects under ``root`` named ``base`` + relative path: files, and directories: as ``x/``
+        placeholders where they stand for one, all of them when not ``recursive`` (they become prefixes)."""
+        try:
+            entries = list(os.scandir(root))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            if entry.name.startswith(".") and entry.name.endswith(".upload"):
+                continue  # an upload in progress
+            try:
+                st = entry.stat()
+            except OSError:
+                continue
+            if entry.is_dir():
+                name = f"{base}{entry.name}/"
+                if not recursive or self._is_marker(Path(entry.path)):
+                    yield ObjectInfo(name, 0, st.st_mtime_ns, True)
+                if recursive:
+                    yield from self._walk(Path(entry.path), name, recursive=True)
+            elif entry.is_file():
+                yield ObjectInfo(f"{base}{entry.name}", st.st_size, st.st_mtime_ns)
+
 
 def _path_of(m: Mount, name: str) -> Path:
     rest = name[len(m.prefix):]
     return m.root / rest if rest else m.root
-
-
-def _walk(root: Path, base: str, *, recursive: bool) -> Iterator[ObjectInfo]:
-    """Objects under ``root`` named ``base`` + relative path: files, and directories as ``x/``
-    placeholders (before what they hold)."""
-    try:
-        entries = list(os.scandir(root))
-    except (FileNotFoundError, NotADirectoryError):
-        return
-    for entry in entries:
-        if entry.name.startswith(".") and entry.name.endswith(".upload"):
-            continue  # an upload in progress
-        try:
-            st = entry.stat()
-        except OSError:
-            continue
-        if entry.is_dir():
-            name = f"{base}{entry.name}/"
-            yield ObjectInfo(name, 0, st.st_mtime_ns, True)
-            if recursive:
-                yield from _walk(Path(entry.path), name, recursive=True)
-        elif entry.is_file():
-            yield ObjectInfo(f"{base}{entry.name}", st.st_size, st.st_mtime_ns)
 
 
 def _check(name: str) -> None:

@@ -86,6 +86,7 @@ class _Api:
             "size": str(info.size), "timeCreated": _rfc3339(info.mtime_ns), "updated": _rfc3339(info.mtime_ns),
             "selfLink": f"{base}/storage/v1/b/{bucket}/o/{quoted}",
             "mediaLink": f"{base}/download/storage/v1/b/{bucket}/o/{quoted}?generation={info.mtime_ns}&alt=media",
+            **(info.hashes or {}),
         }
 
     def _bucket(self, bucket: str) -> dict:
@@ -130,7 +131,7 @@ class _Api:
         return _error(404, f"{method} {path} is not part of the Cloud Storage API the stand-in serves")
 
     def get(self, request: Request, bucket: str, name: str) -> Response:
-        info = self.buckets.stat(bucket, name)
+        info = self.buckets.stat(bucket, name, hashes=True)
         if info is None:
             return _error(404, f"No such object: {bucket}/{name}")
         return JSONResponse(self._resource(request, bucket, info))
@@ -169,12 +170,14 @@ class _Api:
     def media(self, request: Request, bucket: str, name: str) -> Response:
         if not self.buckets.has_bucket(bucket):
             return self._unmapped(bucket)
-        info = self.buckets.stat(bucket, name)
+        info = self.buckets.stat(bucket, name, hashes=not request.headers.get("range"))
         path = self.buckets.path(bucket, name)
         if info is None or path is None:
             return _error(404, f"No such object: {bucket}/{name}")
         headers = {"x-goog-generation": str(info.mtime_ns), "x-goog-metageneration": "1",
                    "x-goog-stored-content-length": str(info.size), "Accept-Ranges": "bytes"}
+        if info.hashes:
+            headers["x-goog-hash"] = ",".join(f"{k.removesuffix('Hash')}={v}" for k, v in info.hashes.items())
         size, first, last = info.size, 0, info.size - 1
         wanted = request.headers.get("range")
         status = 200

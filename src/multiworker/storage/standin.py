@@ -89,7 +89,9 @@ class StandIn:
         cmd = [sys.executable, "-m", "multiworker.storage.server", "--dir", str(self.directory)]
         for mount in self.mounts:
             cmd += ["--mount", mount]
-        env = procs.child_environ({"MULTIWORKER_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1"})
+        here = str(Path(__file__).resolve().parents[2])  # this multiworker, whatever the cwd and PYTHONPATH
+        path = os.pathsep.join([here, *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = procs.child_environ({"MULTIWORKER_JOB_ID": self.job_id, "PYTHONUNBUFFERED": "1", "PYTHONPATH": path})
         self.proc = procs.spawn(cmd, cwd=self.directory, env=env, log_path=self.log_path, enter=self.enter)
         deadline = time.monotonic() + timeout
         while not ready.exists():
