@@ -7,6 +7,7 @@ import http.client
 import json
 import socket
 import ssl
+import types
 
 import httpx
 import pytest
@@ -95,6 +96,7 @@ def standin(running, monkeypatch):
 
 
 def test_google_cloud_storage_reads_writes_and_lists_the_directory(standin):
+    from google.api_core.exceptions import Conflict
     from google.cloud import storage
 
     client = storage.Client()
@@ -112,6 +114,9 @@ def test_google_cloud_storage_reads_writes_and_lists_the_directory(standin):
     assert not (standin.data / "big.bin").exists()
     with pytest.raises(Exception, match="not mapped"):
         client.bucket("elsewhere").blob("x").download_as_bytes()
+    with pytest.raises(Conflict):
+        client.create_bucket("my-bucket")
+    assert client.get_bucket("my-bucket").name == "my-bucket"
 
 
 def test_googles_hosts_through_the_proxy_with_the_jobs_ca(standin):
@@ -133,8 +138,10 @@ def test_googles_hosts_through_the_proxy_with_the_jobs_ca(standin):
         conn.putheader(name, value)
     conn.endheaders()
     start = conn.getresponse()
-    start.read()
-    location = dict(start.getheaders())["Location"]
+    body = start.read()
+    headers = dict(start.getheaders())
+    assert start.status == 200 and "Location" in headers, (start.status, headers, body[:500])
+    location = headers["Location"]
     assert location.startswith("https://www.googleapis.com/upload/")
     conn.request("PUT", location.removeprefix("https://www.googleapis.com"), body=b"model",
                  headers={"Content-Range": "bytes 0-4/5"})
@@ -156,3 +163,20 @@ def test_other_tunnels_go_where_they_asked(standin):
         while chunk := sock.recv(65536):
             reply += chunk
     assert reply.startswith(b"HTTP/1.1 200") and b'"my-bucket"' in reply
+
+
+def test_a_tensorflow_without_a_gcs_filesystem_is_named_in_one_line(tmp_path, monkeypatch):
+    from multiworker.storage import standin
+
+    tf_dir = tmp_path / "tensorflow"
+    tf_dir.mkdir()
+    specs = {"tensorflow": types.SimpleNamespace(submodule_search_locations=[str(tf_dir)])}
+    monkeypatch.setattr(standin.importlib.util, "find_spec", lambda name: specs.get(name))
+    (tf_dir / "libtensorflow_framework.so.2").write_bytes(b"\0no cloud filesystem here\0")
+    note = standin.tensorflow_gcs_note()
+    assert note is not None and "\n" not in note and "pip install tensorflow-io-gcs-filesystem" in note
+    (tf_dir / "libtensorflow_framework.so.2").write_bytes(b"\0https://www.googleapis.com/upload/storage/v1/\0")
+    assert standin.tensorflow_gcs_note() is None  # built in, as in the Linux wheels
+    (tf_dir / "libtensorflow_framework.so.2").unlink()
+    specs["tensorflow_io_gcs_filesystem"] = types.SimpleNamespace(submodule_search_locations=[])
+    assert standin.tensorflow_gcs_note() is None  # the plugin

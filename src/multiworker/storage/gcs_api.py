@@ -109,6 +109,12 @@ class _Api:
                 return self.media(request, unquote(m["bucket"]), unquote(m["object"]))
             if m := _JSON.match(path):
                 bucket, name = m["bucket"] and unquote(m["bucket"]), m["object"] and unquote(m["object"])
+                if bucket is None and method == "POST":  # buckets.insert: the mapped buckets exist already
+                    wanted = str(json.loads(await request.body() or b"{}").get("name", ""))
+                    if self.buckets.has_bucket(wanted):
+                        return _error(409, f"bucket {wanted} already exists (it is mapped to a local directory)")
+                    return _error(403, f"bucket {wanted} cannot be created here; map a directory to it with "
+                                       f"--map-path gs://{wanted}=./local-dir")
                 if bucket is None:
                     return JSONResponse({"kind": "storage#buckets", "items": [self._bucket(b) for b in self.buckets.buckets]})
                 if not self.buckets.has_bucket(bucket):

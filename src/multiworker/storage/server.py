@@ -48,8 +48,10 @@ async def _serve(directory: Path, mounts: list[str], host: str, access_log: bool
     cert, key, _bundle = make_certificates(directory)
     plain, proxy_sock = _listen(host), _listen(host)
     http_port = plain.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level="info" if access_log else "warning", access_log=access_log,
-                                           lifespan="off",
+    # h11, whatever else is installed: it keeps the spelling of the header names the app gives
+    # (``Location``, which TensorFlow looks up case-sensitively); httptools lowercases them.
+    server = uvicorn.Server(uvicorn.Config(app, http="h11", log_level="info" if access_log else "warning",
+                                           access_log=access_log, lifespan="off",
                                            timeout_keep_alive=60))
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]  # ours below
     tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
