@@ -25,6 +25,7 @@ __all__ = [
     "thread_budget",
     "replica_env",
     "VERTEX_POOL_OF_ROLE",
+    "SINGLE_REPLICA_ENV",
 ]
 
 # Vertex worker pool position by role.
@@ -76,9 +77,23 @@ def cluster_map(spec: JobSpec, addresses: Mapping[ReplicaId, str]) -> dict[str, 
     return out
 
 
-def tf_config(spec: JobSpec, replica: ReplicaId, cluster: Mapping[str, list[str]]) -> dict | None:
-    """TF_CONFIG for one replica; None for a single-replica job, as under TFJob."""
-    if spec.total_replicas <= 1:
+#: What each platform sets for a job of one replica, by the format the job came from (a gcloud line
+#: counts as its platform's config); docs/environment.md cites each. Jobs of several replicas get both
+#: everywhere. AI Platform sets TF_CONFIG "on every VM of every training job"; Vertex AI sets
+#: CLUSTER_SPEC on every replica but TF_CONFIG only for distributed jobs; the TFJob operator sets no
+#: TF_CONFIG for one replica ("Do not set TF_CONFIG for local training jobs"), and neither does the
+#: JobSet entry point, which follows it; multiworker's own spec does as TFJob does.
+SINGLE_REPLICA_ENV: dict[str, frozenset[str]] = {
+    "aiplatform": frozenset({"TF_CONFIG", "CLUSTER_SPEC"}),
+    "vertex": frozenset({"CLUSTER_SPEC"}),
+}
+
+
+def tf_config(spec: JobSpec, replica: ReplicaId, cluster: Mapping[str, list[str]], *,
+              platform: str | None = None) -> dict | None:
+    """TF_CONFIG for one replica; for a single-replica job, only where ``platform`` (the job's source
+    format) sets one then (AI Platform), else None, as under TFJob."""
+    if spec.total_replicas <= 1 and "TF_CONFIG" not in SINGLE_REPLICA_ENV.get(platform or "", ()):
         return None
     task_type = spec.chief_task_type if replica.role == "chief" else replica.role
     return {"cluster": dict(cluster), "task": {"type": task_type, "index": replica.index}, "environment": "cloud"}
@@ -131,16 +146,19 @@ def replica_env(
     attempt: int,
     output_dir: str,
     cores: int | None = None,
+    platform: str | None = None,
 ) -> dict[str, str]:
     """The variables multiworker adds to one replica's environment (the spec's own env wins, except
     for the launcher's MULTIWORKER_JOB_ID/ATTEMPT/REPLICA).
 
-    ``addresses`` holds every replica's ``host:port`` (each may be on another host).
+    ``addresses`` holds every replica's ``host:port`` (each may be on another host). ``platform``: the
+    format the job came from (``JobRecord.format``), which decides what a single replica gets.
     """
     env: dict[str, str] = {}
-    config = tf_config(spec, replica, cluster_map(spec, addresses))
+    config = tf_config(spec, replica, cluster_map(spec, addresses), platform=platform)
     if config is not None:
         env["TF_CONFIG"] = json.dumps(config)
+    if config is not None or "CLUSTER_SPEC" in SINGLE_REPLICA_ENV.get(platform or "", ()):
         env["CLUSTER_SPEC"] = json.dumps(cluster_spec(spec, replica, addresses))
     out = output_dir.rstrip("/")
     env.update(

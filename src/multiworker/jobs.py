@@ -49,7 +49,7 @@ def create_job(
         output_dir = loaded.resolve(spec.output_dir) if spec.output_dir else layout.job_dir / "output"
     write_private_text(layout.spec_file, spec.model_dump_json(indent=2, exclude_none=True))
     run = RunOptions(trainer_args=tuple(trainer_args), inject_failures=tuple(str(i) for i in injections),
-                     notes=(*loaded.notes, *notes))
+                     notes=(*loaded.notes, *notes), map_paths=loaded.map_paths)
     store.create_job(
         job_id=job_id,
         name=spec.name,

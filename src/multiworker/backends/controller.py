@@ -68,6 +68,7 @@ class GroupController:
         self.journal = journal
         self.poll_interval = poll_interval
         self.spec = record.spec
+        self.platform = record.format  # what a single replica's environment follows (cluster.SINGLE_REPLICA_ENV)
         self.base_dir = record.base_dir
         self.layout = record.layout
         self.output_dir = Path(record.output_dir)
@@ -166,7 +167,7 @@ class GroupController:
         for rid in ids:
             placement = placements[rid]
             env = replica_env(self.spec, rid, addresses, job_id=self.job_id, attempt=self.attempt,
-                              output_dir=str(self.output_dir))
+                              output_dir=str(self.output_dir), platform=self.platform)
             cmd, cwd = self._command(rid)
             rep = self.replicas[rid] = _Replica(rid, placement, self.layout.replica_log(self.attempt, rid.name))
             rep.pid = self.group.start(rid, cmd, cwd, env, rep.log_path)

@@ -36,18 +36,22 @@ class RunOptions:
     notes: tuple[str, ...] = ()  # the format's and the backend's notes, printed when the job was created
     study: str | None = None  # a tuning trial's study and trial number
     trial: int | None = None
+    map_paths: tuple[str, ...] = ()  # gs://BUCKET[/PREFIX]=/dir: served to the replicas by the storage stand-in
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> RunOptions:
         return cls(trainer_args=tuple(data.get("trainer_args") or ()),
                    inject_failures=tuple(data.get("inject_failures") or ()),
-                   notes=tuple(data.get("notes") or ()), study=data.get("study"), trial=data.get("trial"))
+                   notes=tuple(data.get("notes") or ()), study=data.get("study"), trial=data.get("trial"),
+                   map_paths=tuple(data.get("map_paths") or ()))
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"trainer_args": list(self.trainer_args), "inject_failures": list(self.inject_failures),
                                "notes": list(self.notes)}
         if self.study is not None:
             out.update(study=self.study, trial=self.trial)
+        if self.map_paths:
+            out["map_paths"] = list(self.map_paths)
         return out
 
 

@@ -38,6 +38,7 @@ class LoadedSpec:
     base_dir: Path
     format: str = "native"
     notes: tuple[str, ...] = ()
+    map_paths: tuple[str, ...] = ()  # --map-path as gs://BUCKET[/PREFIX]=/absolute/dir, for the storage stand-in
 
     @property
     def source(self) -> str:

@@ -17,6 +17,7 @@ from multiworker.backends.local.watchdog import start_watchdog
 from multiworker.job import JobRecord, JobState, Journal, ReplicaState, Store
 from multiworker.netns import NETNS_ENV, open_job_network, remove_job_network
 from multiworker.ports import PortReservations
+from multiworker.storage.standin import StandIn, StandInFailed, missing_requirements, tensorflow_gcs_note
 
 __all__ = ["LocalBackend"]
 
@@ -62,6 +63,32 @@ def _network_event(journal: Journal, isolated: str | None, why: str) -> None:
     journal.event(reason, message, warning=warning)
 
 
+def _start_standin(record: JobRecord, journal: Journal, enter) -> StandIn | None:
+    """The job's Cloud Storage stand-in for its ``--map-path gs://`` mappings (None without any), so
+    that paths a trainer builds at run time reach the mapped directories too."""
+    mounts = [m for m in record.run.map_paths if m.startswith("gs://")]
+    if not mounts:
+        return None
+    missing = missing_requirements()
+    if missing:
+        journal.event("StorageStandIn", f"gs:// paths built at run time are not mapped: the storage stand-in needs "
+                      f"{', '.join(missing)} (pip install 'multiworker[storage]')", warning=True)
+        return None
+    note = tensorflow_gcs_note()
+    if note:
+        journal.event("StorageStandIn", note, warning=True)
+    standin = StandIn(mounts, record.job_dir / "storage", job_id=record.id, enter=enter)
+    try:
+        standin.start()
+    except (StandInFailed, OSError) as exc:
+        journal.event("StorageStandIn", f"gs:// paths built at run time are not mapped: {exc}", warning=True)
+        return None
+    served = ", ".join(m.replace("=", " -> ", 1) for m in mounts)
+    journal.event("StorageStandIn", f"{served} (any gs:// path the replicas use, through a local Cloud Storage "
+                  f"stand-in at {standin.env()['STORAGE_EMULATOR_HOST']})")
+    return standin
+
+
 class LocalBackend(Backend):
     """Replicas as processes on this machine, supervised by the process that runs the job."""
 
@@ -71,14 +98,18 @@ class LocalBackend(Backend):
         watchdog = start_watchdog(record.id)
         network, why = open_job_network(record.id)
         ports = None if network is not None else PortReservations(journal.store.home)
+        standin = None
         try:
             _network_event(journal, network.name if network else None, why)
-            group = LocalGroup(network=network, ports=ports)
+            standin = _start_standin(record, journal, network.enter if network is not None else None)
+            group = LocalGroup(network=network, ports=ports, base_env=standin.env() if standin else None)
             try:
                 return GroupController(record, group, journal).run()
             finally:
                 group.shutdown()
         finally:
+            if standin is not None:
+                standin.stop()
             if network is not None:
                 network.close()
             if ports is not None:

@@ -11,6 +11,7 @@ cannot be handed the same port."""
 from __future__ import annotations
 
 import logging
+import os
 import subprocess
 from pathlib import Path
 
@@ -21,7 +22,11 @@ from multiworker.cluster import ReplicaId
 from multiworker.netns import JobNetwork
 from multiworker.ports import PortReservations
 
-__all__ = ["LocalGroup"]
+__all__ = ["LocalGroup", "REPLICA_SITE"]
+
+#: A directory whose ``sitecustomize`` corrects tf-keras's in-epoch logs under several workers
+#: (``multiworker/_replica_site/sitecustomize.py``; MULTIWORKER_KERAS_LOG_FIX=0 turns it off).
+REPLICA_SITE = Path(__file__).resolve().parents[2] / "_replica_site"
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +37,12 @@ class LocalGroup(ReplicaGroup):
     """Replicas as local processes (see :class:`~multiworker.backends.base.ReplicaGroup`)."""
 
     def __init__(self, host: str = "127.0.0.1", *, network: JobNetwork | None = None,
-                 ports: PortReservations | None = None):
+                 ports: PortReservations | None = None, base_env: dict[str, str] | None = None):
         self.host = host
         self.network = network
         self.ports = ports
+        self.base_env = dict(base_env or {})  # under each replica's own env (the storage stand-in's)
+        self.path_first = str(REPLICA_SITE)  # first on every replica's PYTHONPATH
         self._procs: dict[ReplicaId, procs.Child | forkserver.ForkedChild] = {}
         self._servers: dict[tuple, forkserver.ForkServer | None] = {}  # None: that zygote could not serve
         self._logs: dict[ReplicaId, Path] = {}
@@ -50,7 +57,8 @@ class LocalGroup(ReplicaGroup):
         return {rid: Placement(self.host, port) for rid, port in zip(replicas, ports)}
 
     def start(self, replica: ReplicaId, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> int:
-        full = procs.child_environ(env)
+        full = procs.child_environ({**self.base_env, **env})
+        full["PYTHONPATH"] = os.pathsep.join([self.path_first, *filter(None, [full.get("PYTHONPATH")])])
         proc = self._fork(cmd, cwd, full, log_path)
         if proc is None:
             enter = self.network.enter if self.network is not None else None

@@ -7,7 +7,7 @@ from typing import Any
 
 from multiworker.home import home_dir
 from multiworker.spec.formats.common import Parsed
-from multiworker.spec.formats.localize import localize
+from multiworker.spec.formats.localize import PathMap, localize
 from multiworker.spec.formats.options import LoadOptions
 from multiworker.spec.formats.parse import parse_job
 from multiworker.spec.load import (
@@ -52,6 +52,8 @@ def load_parsed(parsed: Parsed, options: LoadOptions | None = None, *, source: s
         base_dir=base_dir,
         format=parsed.format,
         notes=tuple(dict.fromkeys(parsed.all_notes() + notes)),
+        map_paths=tuple(f"{cloud}={local}" for cloud, local in PathMap(options.map_paths, cwd=options.directory()).pairs)
+        if options.check else (),
     )
     check_replica_cap(loaded, options.max_replicas)
     if options.check:
