@@ -16,7 +16,6 @@ from multiworker.containers.vertex_images import end_of_availability, prebuilt_t
 from multiworker.errors import SpecError, UserError
 from multiworker.spec.load import spec_from_dict
 
-
 BEFORE_2_17_ENDS = datetime.date(2026, 1, 1)  # the prebuilt 2.17 images were still usable
 
 

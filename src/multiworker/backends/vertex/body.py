@@ -10,10 +10,10 @@ import re
 from importlib import metadata
 from typing import Any
 
+from multiworker.containers.vertex_images import END_OF_AVAILABILITY, check_image
 from multiworker.errors import UserError
 from multiworker.spec.formats.schema import check_schema
 from multiworker.spec.formats.target import Target
-from multiworker.containers.vertex_images import END_OF_AVAILABILITY, check_image
 from multiworker.spec.formats.vertex import POOL_ROLES, write
 from multiworker.spec.model import JobSpec
 
