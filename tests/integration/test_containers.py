@@ -100,7 +100,7 @@ def test_mnist_two_worker_containers_kill_restart_and_resume(mnist_image, mw_hom
 
 
 @requires_podman
-def test_cancel_and_a_killed_launcher_leave_no_container(mnist_image, mw_home):
+def test_cancel_ctrl_c_and_a_killed_launcher_leave_no_container(mnist_image, mw_home):
     args = ["run", str(JOB), "--containers", "--image", mnist_image, "--pull", "never", "-q", "--",
             "--epochs", "1000", "--steps-per-epoch", "20"]
     detached = mw(*args[:1], "-d", *args[1:], home=mw_home)
@@ -112,17 +112,21 @@ def test_cancel_and_a_killed_launcher_leave_no_container(mnist_image, mw_home):
     assert status(mw_home, job_id)["state"] == "Cancelled"
     assert nothing_left(job_id, timeout=10)
 
-    launcher = mw_popen(*args, home=mw_home)
-    try:
-        second = wait_for(lambda: next((j for j in Store(mw_home).list_jobs() if j.id != job_id), None), timeout=60)
-        wait_for(lambda: len(running(second.id)) == 2, timeout=240, interval=0.5)
-        launcher.send_signal(signal.SIGKILL)
-        launcher.wait(timeout=30)
-    finally:
-        if launcher.poll() is None:
-            launcher.kill()
-    assert nothing_left(second.id), "the watchdog did not remove the containers of a killed launcher"
-    assert status(mw_home, second.id)["state"] == "Lost"
+    seen = {job_id}
+    for stop, state in ((signal.SIGINT, "Cancelled"), (signal.SIGKILL, "Lost")):
+        launcher = mw_popen(*args, home=mw_home)
+        try:
+            job = wait_for(lambda: next((j for j in Store(mw_home).list_jobs() if j.id not in seen), None), timeout=60)
+            seen.add(job.id)
+            wait_for(lambda: len(running(job.id)) == 2, timeout=240, interval=0.5)
+            launcher.send_signal(stop)
+            launcher.wait(timeout=60)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+        assert launcher.returncode == (130 if stop == signal.SIGINT else -signal.SIGKILL)
+        assert nothing_left(job.id), f"containers left after {stop.name}: {leftovers(job.id)}"
+        assert status(mw_home, job.id)["state"] == state
 
 
 TFJOB = """
