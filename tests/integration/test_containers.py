@@ -263,5 +263,13 @@ def test_push_to_a_registry_with_basic_auth_and_run_the_pushed_image(registry, m
         config = json.loads(log.split("TF_CONFIG=")[1].split(" args=")[0])
         assert config["cluster"] == {"worker": ["hello-worker-0:2222", "hello-worker-1:2222"]}
         assert nothing_left(doc["id"])
+        # AI Platform's rule: the master image's ENTRYPOINT with the user args after `--` (CMD dropped)
+        line = ["gcloud", "ai-platform", "jobs", "submit", "training", "hello_aip", "--region", "us-central1",
+                "--master-image-uri", image, "--containers", "--pull", "never", "--", "--epochs", "3"]
+        aip = mw(*line, home=mw_home, env=env)
+        assert aip.returncode == 0, aip.stdout[-3000:] + aip.stderr[-2000:]
+        doc = status(mw_home)
+        log = (Path(doc["output_dir"]).parent / "attempt_0" / "chief-0.log").read_text()
+        assert "replica chief-0 on hello-aip-master-0: TF_CONFIG= args=--epochs 3" in log, log
     finally:
         podman("rmi", "-f", image, check=False)
