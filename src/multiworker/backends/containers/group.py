@@ -49,6 +49,7 @@ class ContainerGroup(ReplicaGroup):
         self._logs: dict[ReplicaId, Path] = {}
         self._offsets: dict[ReplicaId, int] = {}
         self._pids: dict[ReplicaId, object] = {}  # psutil.Process of the container's init, once known
+        self._members: dict[ReplicaId, dict[int, object]] = {}  # pid -> psutil.Process under it
 
     # -- the job's network -----------------------------------------------------------------------
     def open_network(self) -> None:
@@ -153,8 +154,11 @@ class ContainerGroup(ReplicaGroup):
                     top = self._pids[rid] = psutil.Process(int(pid))
                 except psutil.Error:
                     continue
+            known = self._members.setdefault(rid, {})
             try:
-                members = [top, *top.children(recursive=True)]  # type: ignore[attr-defined]
+                found = [top, *top.children(recursive=True)]  # type: ignore[attr-defined]
+                # the same Process objects each time: cpu_percent measures since the previous call on it
+                members = [known.setdefault(p.pid, p) for p in found]
                 cpu = sum(p.cpu_percent(None) for p in members)
                 rss = sum(p.memory_info().rss for p in members)
             except psutil.Error:
@@ -179,6 +183,7 @@ class ContainerGroup(ReplicaGroup):
         self._logs.clear()
         self._offsets.clear()
         self._pids.clear()
+        self._members.clear()
 
     def shutdown(self) -> None:
         """After the job's last attempt: remove whatever is left of the job, its network included."""
