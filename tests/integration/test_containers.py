@@ -254,6 +254,10 @@ def test_push_to_a_registry_with_basic_auth_and_run_the_pushed_image(registry, m
     pushed = mw("build", str(tmp_path / "job.yaml"), "--push", "--pull", "never", home=mw_home, env=env)
     assert pushed.returncode == 0 and f"pushed {image}" in pushed.stdout, pushed.stdout + pushed.stderr
     podman("rmi", image)
+    missing = mw("run", str(tmp_path / "job.yaml"), "--containers", "--pull", "never", home=mw_home, env=env)
+    error = [line for line in missing.stderr.splitlines() if line.strip()]
+    assert missing.returncode == 2 and len(error) == 1, missing.stdout + missing.stderr
+    assert f"image {image}: not in podman's local store (--pull never); build it with `multiworker build" in error[0]
     try:
         proc = mw("run", str(tmp_path / "job.yaml"), "--containers", "--", "--epochs", "1", home=mw_home, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
