@@ -81,8 +81,12 @@ class Engine:
         found = self.job_containers(job_id)
         if found:
             self.call("rm", "-f", *found, timeout=120)
-        self.call("network", "rm", "-f", network_name(job_id), timeout=60)
+        self.remove_network(network_name(job_id))
         return len(found)
+
+    def remove_network(self, name: str) -> None:
+        force = ["-f"] if self.name == "podman" else []  # docker before 24 has no -f here
+        self.call("network", "rm", *force, name, timeout=60)
 
 
 def network_name(job_id: str) -> str:

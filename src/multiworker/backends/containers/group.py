@@ -53,7 +53,7 @@ class ContainerGroup(ReplicaGroup):
 
     # -- the job's network -----------------------------------------------------------------------
     def open_network(self) -> None:
-        self.engine.call("network", "rm", "-f", self.network, timeout=60)
+        self.engine.remove_network(self.network)
         proc = self.engine.call("network", "create", "--internal", "--label", f"{LABEL}={self.record.id}",
                                 self.network, timeout=60)
         if proc.returncode != 0:
