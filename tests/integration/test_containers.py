@@ -231,6 +231,7 @@ def registry(tmp_path):
 
 HELLO = """#!/bin/sh
 echo "replica $MULTIWORKER_REPLICA on $(hostname): TF_CONFIG=$TF_CONFIG args=$*"
+for a in "$@"; do [ -f "$a" ] && echo "read $a: $(cat "$a")"; done; exit 0
 """
 
 
@@ -243,7 +244,11 @@ def test_push_to_a_registry_with_basic_auth_and_run_the_pushed_image(registry, m
     (tmp_path / "hello.sh").write_text(HELLO)
     (tmp_path / "Dockerfile").write_text(f"FROM {BASE}\nCOPY hello.sh /hello.sh\nENTRYPOINT [\"/bin/sh\", \"/hello.sh\"]\n"
                                          "CMD [\"--default\"]\n")
-    (tmp_path / "job.yaml").write_text(f"name: hello\nimage: {image}\npools:\n  worker:\n    replicas: 2\n")
+    (tmp_path / "job.yaml").write_text(f"name: hello\nimage: {image}\nargs: [gs://bucket/in/data.txt]\n"
+                                       "pools:\n  worker:\n    replicas: 2\n")
+    data = tmp_path / "gcs"
+    (data / "in").mkdir(parents=True)
+    (data / "in" / "data.txt").write_text("mapped-ok")
     refused = mw("build", str(tmp_path / "job.yaml"), "--push", "--pull", "never", home=mw_home, env=env)
     assert refused.returncode == 2, refused.stdout + refused.stderr
     error = [line for line in refused.stderr.splitlines() if line.strip()]
@@ -259,11 +264,14 @@ def test_push_to_a_registry_with_basic_auth_and_run_the_pushed_image(registry, m
     assert missing.returncode == 2 and len(error) == 1, missing.stdout + missing.stderr
     assert f"image {image}: not in podman's local store (--pull never); build it with `multiworker build" in error[0]
     try:
-        proc = mw("run", str(tmp_path / "job.yaml"), "--containers", "--", "--epochs", "1", home=mw_home, env=env)
+        proc = mw("run", str(tmp_path / "job.yaml"), "--containers", "--map-path", f"gs://bucket={data}", "--",
+                  "--epochs", "1", home=mw_home, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-2000:]
         doc = status(mw_home)
         log = (Path(doc["output_dir"]).parent / "attempt_0" / "worker-1.log").read_text()
-        assert "replica worker-1 on hello-worker-1: TF_CONFIG=" in log and "args=--epochs 1" in log, log
+        assert "replica worker-1 on hello-worker-1: TF_CONFIG=" in log, log
+        assert f"args={data}/in/data.txt --epochs 1" in log  # spec args replace CMD; trainer args follow
+        assert f"read {data}/in/data.txt: mapped-ok" in log  # the --map-path directory, bind-mounted
         config = json.loads(log.split("TF_CONFIG=")[1].split(" args=")[0])
         assert config["cluster"] == {"worker": ["hello-worker-0:2222", "hello-worker-1:2222"]}
         assert nothing_left(doc["id"])
