@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-dev
 
-.PHONY: demo test unit integration bench clean venv sysdeps
+.PHONY: demo test unit integration bench clean venv sysdeps images
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -25,10 +25,15 @@ sysdeps:
 	  echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	elif [ -n "$$missing" ]; then echo "note: not installed:$$missing (tests that need them skip)"; fi
 
+# The images the container tests run (images/make-images.sh): podman and debootstrap when root and
+# missing, a Debian base from the apt mirror, then Python + TensorFlow; kept between runs.
+images:
+	sh images/make-images.sh
+
 demo: $(STAMP)
 	$(BIN)/multiworker run examples/mnist/job.yaml
 
-test: $(STAMP) sysdeps
+test: $(STAMP) sysdeps images
 	$(BIN)/python -m pytest -q -ra --durations=15 tests
 
 unit: $(STAMP)

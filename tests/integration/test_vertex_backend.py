@@ -22,7 +22,9 @@ from multiworker.procs import free_ports
 from multiworker.spec.formats.schema import check_schema
 
 CONSOLE = "https://console.cloud.google.com/vertex-ai/locations/us-central1/training/{}?project=proj"
-EXECUTOR = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-17.py310:latest"
+# the prebuilt TensorFlow images have ended (2.17's on 2026-07-11): a module job runs on an image
+# `multiworker build --push` made
+EXECUTOR = "us-docker.pkg.dev/proj/trainers/tf:2.21"
 VERTEX = ["--backend", "vertex", "--project", "proj", "--region", "us-central1"]
 
 
@@ -117,9 +119,15 @@ def test_package_job_uploads_sdists_and_runs_them(tmp_path, mw_home, fake):
     """A module job without a container: its working directory (no pyproject: one is generated) and
     multiworker's replica runtime (the trainer imports it) arrive in the bucket as sdists."""
     fake.task_output = {"workerpool0-0": ["training on worker 0"], "workerpool1-1": ["training on worker 2"]}
-    proc = mw("run", package_spec(tmp_path), *VERTEX, "--staging-bucket", "gs://bucket", home=mw_home, fake=fake)
+    job = package_spec(tmp_path)
+    refused = mw("run", job, *VERTEX, "--staging-bucket", "gs://bucket", home=mw_home, fake=fake)
+    assert refused.returncode == 2 and "tf-cpu.2-17.py310:latest is Vertex AI's prebuilt TensorFlow 2.17 image, " \
+        "no longer usable since 2026-07-11" in refused.stderr and "multiworker build" in refused.stderr, refused.stderr
+    assert fake.created == [] and not fake.buckets["bucket"]
+    proc = mw("run", job, *VERTEX, "--staging-bucket", "gs://bucket", "--executor-image", EXECUTOR,
+              home=mw_home, fake=fake)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "worker 0 becomes Vertex AI's chief" in proc.stdout and "newest prebuilt Vertex AI training image has 2.17" in proc.stdout
+    assert "worker 0 becomes Vertex AI's chief" in proc.stdout
     job = Store(mw_home).list_jobs()[0]
     objects = sorted(fake.buckets["bucket"])
     prefix = f"multiworker/{job.id}/packages/"
@@ -212,7 +220,8 @@ def _alive(pid: int) -> bool:
     ids=lambda v: v if v in ("no-credentials", "no-credentials-detached", "unknown-project", "missing-bucket", "quota", "local-output") else "",
 )
 def test_setup_errors_are_one_line_and_leave_nothing_behind(tmp_path, mw_home, fake, case, expect):
-    args = ["run", package_spec(tmp_path), "--backend", "vertex", "--project", "proj", "--staging-bucket", "gs://bucket"]
+    args = ["run", package_spec(tmp_path), "--backend", "vertex", "--project", "proj", "--executor-image", EXECUTOR,
+            "--staging-bucket", "gs://bucket"]
     env = {}
     if case.startswith("no-credentials"):  # no emulator: the user's ADC are looked for, and there are none
         args += ["--detach"] if case.endswith("detached") else []  # refused before a job is recorded

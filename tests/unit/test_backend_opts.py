@@ -102,7 +102,7 @@ def test_what_follows_the_double_dash_reaches_the_trainer_untouched(cli):
     (["--backend", "toy", "--times"], "--times: needs a value (INTEGER)"),
     (["--backend", "toy", "-B", "greeting"], "--backend-opt 'greeting': give KEY=VALUE"),
     (["--backend", "toy", "--greeting", "a", "-B", "greeting=b"], "--greeting: given twice"),
-    (["-B", "image=gcr.io/p/t:1"], "--backend-opt image: only the kubernetes and vertex backends use it"),
+    (["-B", "image=gcr.io/p/t:1"], "--backend-opt image: only the kubernetes, vertex and containers backends use it"),
 ], ids=["other-backend", "builtin-owner", "backend-opt-owner", "typo", "typo-of-another-backend", "typo-own-option",
         "invalid-value", "missing-value", "bad-pair", "twice", "two-owners"])
 def test_a_wrong_flag_is_one_line_naming_the_fix(cli, args, message):

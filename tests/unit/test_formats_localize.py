@@ -187,6 +187,30 @@ def test_dockerfile_tutorial_form(ctx):
     assert df.argv(["--epochs", "1"]) == (["python", "-m", "trainer.task", "--epochs", "1"], False)
 
 
+def test_dockerfile_file_by_file_into_workdir(ctx):
+    """The published AI Platform tutorial's form: WORKDIR /root, each file copied to ./trainer/<file>
+    (one with --chown, one into a ./ directory), ENTRYPOINT ["python"], CMD ["trainer/task.py"]."""
+    (ctx / "trainer" / "model.py").write_text("")
+    path = dockerfile(ctx, """
+        FROM gcr.io/deeplearning-platform-release/tf2-cpu.2-8
+        WORKDIR /root
+        COPY trainer/__init__.py ./trainer/__init__.py
+        COPY --chown=1000:1000 trainer/model.py ./trainer/model.py
+        COPY trainer/task.py ./trainer/
+        ENTRYPOINT ["python"]
+        CMD ["trainer/task.py"]
+    """)
+    df = read_dockerfile(path)
+    assert df.workdir == "/root" and df.translate("/root") == ctx
+    assert df.translate("/root/trainer/task.py") == ctx / "trainer" / "task.py"
+    assert df.argv([]) == (["python", "trainer/task.py"], False)
+    job = ctx / "job.yaml"
+    job.write_text("name: j\nimage: img\npools: {worker: {replicas: 1}}\n")
+    loaded = load_job(job, LoadOptions(dockerfile=str(path), cwd=ctx))
+    assert program(loaded, "worker") == {"module": None, "command": [sys.executable, "trainer/task.py"],
+                                         "args": [], "working_dir": str(ctx)}
+
+
 def test_dockerfile_entrypoint_cmd_and_multistage(ctx):
     path = dockerfile(ctx, """
         FROM python:3.11 AS build

@@ -137,6 +137,11 @@ class ReplicaGroup(abc.ABC):
     signal); ``policy`` normalizes.
     """
 
+    def program(self, replica: ReplicaId, trainer_args: list[str]) -> tuple[list[str], Path] | None:
+        """The command line and working directory of ``replica`` where the group runs it, or None
+        for the spec's program on this machine (a container group answers with what its image runs)."""
+        return None
+
     @abc.abstractmethod
     def place(self, replicas: list[ReplicaId], attempt: int) -> dict[ReplicaId, Placement]:
         """Reserve a node and a free port for every replica; return where each will listen."""
@@ -193,6 +198,7 @@ BACKENDS: dict[str, str] = {
     "ray": "multiworker.backends.ray:RayBackend",
     "kubernetes": "multiworker.backends.kubernetes:KubernetesBackend",
     "vertex": "multiworker.backends.vertex:VertexBackend",
+    "containers": "multiworker.backends.containers:ContainersBackend",
 }
 ENTRY_POINT_GROUP = "multiworker.backends"
 

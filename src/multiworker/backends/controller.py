@@ -137,6 +137,9 @@ class GroupController:
             self.attempt += 1
 
     def _command(self, rid: ReplicaId) -> tuple[list[str], Path]:
+        own = self.group.program(rid, self.trainer_args)
+        if own is not None:
+            return own
         program = self.spec.resolved(rid.role)
         if program.module:
             cmd = [program.python or sys.executable, "-m", program.module]

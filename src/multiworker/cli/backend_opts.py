@@ -148,6 +148,8 @@ def _take_backend_flags(cmd: TyperCommand, ctx: typer.Context, head: list[str]) 
         if name in own:
             if name == "--backend" and (eq or i + 1 < len(head)):
                 backend = value if eq else head[i + 1]
+            elif name == "--containers":
+                backend = "containers"
             i += 1 + (own[name] and not eq)
             continue
         strangers = strangers or head[i].startswith("--")

@@ -20,7 +20,7 @@ __all__ = ["register", "load_from_cli", "run_loaded"]
 
 def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], images: list[str],
                   dockerfile: Optional[Path], map_paths: list[str], *, local: bool = True,
-                  max_replicas: Optional[int] = None, unpack: bool = True):
+                  max_replicas: Optional[int] = None, unpack: bool = True, containers: bool = False):
     """Shared by run and validate: every format, made local with every mapping option (``local``:
     False for a platform-managed backend, which keeps images and gs:// paths as they are)."""
     from multiworker.spec.formats import LoadOptions, load_job
@@ -28,7 +28,7 @@ def load_from_cli(spec_file: Path, fmt: Optional[str], overrides: list[str], ima
 
     options = LoadOptions(format=fmt, overrides=overrides or (), images=images or (),
                           dockerfile=str(dockerfile) if dockerfile else None, map_paths=map_paths or (), check=local,
-                          max_replicas=max_replicas or DEFAULT_MAX_REPLICAS, unpack=unpack)
+                          max_replicas=max_replicas or DEFAULT_MAX_REPLICAS, unpack=unpack, containers=containers)
     return load_job(spec_file, options)
 
 
@@ -54,6 +54,8 @@ def run(
     max_replicas: Optional[int] = typer.Option(None, "--max-replicas", help="Allow up to N replicas (default: at most 256)."),
     backend: str = typer.Option("local", "--backend", help=f"Where the replicas run: {' | '.join(backend_names())}."),
     backend_opt: list[str] = typer.Option([], "--backend-opt", "-B", help=BACKEND_OPT_HELP),
+    containers: bool = typer.Option(False, "--containers", help="Run every replica as a container of its pool's "
+                                    "image (--backend containers; see docs/containers.md)."),
 ) -> None:
     """Run a job: every replica a process with the cloud's TF_CONFIG, supervised and restarted as a group.
 
@@ -61,6 +63,9 @@ def run(
     """
     from multiworker.backends.base import backend_class
 
+    if containers:
+        return _run_containers(ctx, spec_file, trainer_args or [], overrides, inject_failure, detach, quiet, verbose,
+                               fmt, image, dockerfile, map_path, max_replicas, backend_opt)
     remote = not backend_class(backend).supervised_here  # the platform runs the images: nothing to map locally
     options = backend_options(ctx, backend, backend_opt,
                               image=_remote_image(image, backend, inject_failure) if remote else None)
@@ -71,6 +76,28 @@ def run(
     raise typer.Exit(run_loaded(loaded, trainer_args=trainer_args or [], inject_failures=inject_failure,
                                 detach=detach, quiet=quiet, verbose=verbose, backend=backend,
                                 options=options))
+
+
+def _run_containers(ctx, spec_file, trainer_args, overrides, inject_failure, detach, quiet, verbose, fmt, image,
+                    dockerfile, map_path, max_replicas, backend_opt) -> None:
+    """``run --containers``: the images run as they are; --image names the image of pools without one,
+    --map-path directories are bind-mounted."""
+    from multiworker.errors import UserError
+
+    if dockerfile is not None:
+        raise UserError("--dockerfile: with --containers the image runs; build it first with "
+                        "`multiworker build SPEC --dockerfile PATH -t IMAGE`")
+    if len(image) > 1 or any("=" in i for i in image):
+        raise UserError("--image: with --containers give the one image the pools without their own run "
+                        "(--image trainer:v1), not IMAGE=COMMAND mappings")
+    mounts = [item.partition("=")[2].strip() for item in map_path]
+    mounts = [str(Path(m).resolve()) for m in mounts if m]
+    options = backend_options(ctx, "containers", backend_opt, image=image[0] if image else None,
+                              mounts=",".join(mounts) or None)
+    loaded = load_from_cli(spec_file, fmt, overrides, [], None, map_path, local=False, max_replicas=max_replicas,
+                           containers=True)
+    raise typer.Exit(run_loaded(loaded, trainer_args=trainer_args, inject_failures=inject_failure, detach=detach,
+                                quiet=quiet, verbose=verbose, backend="containers", options=options))
 
 
 def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], detach: bool, quiet: bool,

@@ -11,6 +11,14 @@ import typer
 __all__ = ["register"]
 
 
+def _check_images(loaded) -> None:
+    """A Vertex AI prebuilt image past its end of availability is refused (one line)."""
+    from multiworker.containers.vertex_images import check_image
+
+    for role in loaded.spec.replica_counts():
+        check_image(loaded.spec.resolved(role).image, field=f"{loaded.source}: pools.{role}.image")
+
+
 def validate(
     spec_file: Path = typer.Argument(..., help="Job spec file (any supported format)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3."),
@@ -39,6 +47,7 @@ def validate(
     else:
         loaded = load_from_cli(spec_file, fmt, overrides, image, dockerfile, map_path, unpack=False,  # nothing written
                                max_replicas=max_replicas)
+        _check_images(loaded)
     if as_json:
         doc = {} if loaded is None else {"format": loaded.format, "notes": list(loaded.notes),
                                          "spec": loaded.spec.model_dump(mode="json", exclude_none=True)}

@@ -4,11 +4,13 @@ turned into ``pythonPackageSpec`` on a prebuilt TensorFlow training image. Pure:
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import logging
 import re
 from importlib import metadata
 from typing import Any
 
+from multiworker.containers.vertex_images import END_OF_AVAILABILITY, check_image
 from multiworker.errors import UserError
 from multiworker.spec.formats.schema import check_schema
 from multiworker.spec.formats.target import Target
@@ -20,10 +22,10 @@ __all__ = ["Plan", "plan_job", "executor_image", "console_url", "task_replicas",
 log = logging.getLogger(__name__)
 PLATFORM = "Vertex AI"
 
-# Prebuilt TensorFlow training images (minor version -> tag), as listed on "Prebuilt containers for
-# custom training" (docs.cloud.google.com/vertex-ai/docs/training/pre-built-containers): 2.17 is the
-# newest TensorFlow there; every one is `{us,europe,asia}-docker.pkg.dev/vertex-ai/training/tf-{cpu,gpu}.2-N.py310:latest`.
-PREBUILT_TF = (12, 13, 14, 15, 16, 17)
+# Prebuilt TensorFlow training images (minor versions), with their end-of-availability dates in
+# multiworker.containers.vertex_images: 2.17 is the newest TensorFlow there; every one is
+# `{us,europe,asia}-docker.pkg.dev/vertex-ai/training/tf-{cpu,gpu}.2-N.py310:latest`.
+PREBUILT_TF = tuple(sorted(END_OF_AVAILABILITY))
 
 
 @dataclasses.dataclass
@@ -58,8 +60,9 @@ def _region_prefix(region: str) -> str:
     return "us"
 
 
-def executor_image(region: str, *, gpu: bool, notes: list[str]) -> tuple[str, int]:
-    """The prebuilt TensorFlow training image closest to the installed TensorFlow, and its 2.N."""
+def executor_image(region: str, *, gpu: bool, notes: list[str], today: dt.date | None = None) -> tuple[str, int]:
+    """The prebuilt TensorFlow training image closest to the installed TensorFlow, and its 2.N; one
+    past its end of availability is refused (build an image and pass --image)."""
     try:
         version = metadata.version("tensorflow")
     except metadata.PackageNotFoundError:
@@ -74,7 +77,9 @@ def executor_image(region: str, *, gpu: bool, notes: list[str]) -> tuple[str, in
         notes.append(f"TensorFlow {version} is older than any prebuilt training image; using 2.{PREBUILT_TF[0]}")
         minor = PREBUILT_TF[0]
     kind = "gpu" if gpu else "cpu"
-    return f"{_region_prefix(region)}-docker.pkg.dev/vertex-ai/training/tf-{kind}.2-{minor}.py310:latest", minor
+    image = f"{_region_prefix(region)}-docker.pkg.dev/vertex-ai/training/tf-{kind}.2-{minor}.py310:latest"
+    check_image(image, field="the default --executor-image of a Python-module pool", today=today)
+    return image, minor
 
 
 def console_url(resource_name: str) -> str:
@@ -105,7 +110,7 @@ def task_replicas(pools: list[tuple[str, int, str]]) -> dict[str, str]:
 def plan_job(spec: JobSpec, *, job_id: str, region: str, image: str | None = None,
              executor: str | None = None, staging_bucket: str | None = None,
              trainer_args: list[str] | tuple[str, ...] = (), source: str = "<spec>",
-             allow_loss: bool = False) -> Plan:
+             allow_loss: bool = False, today: dt.date | None = None) -> Plan:
     """The CustomJob body for ``spec``: a pool whose program has an image (its own, the job's or
     ``image``) is a container pool; a Python-module pool without one runs from the packaged working
     directory on ``executor`` (default: the prebuilt TensorFlow image). ``output_dir`` must be gs://.
@@ -118,9 +123,13 @@ def plan_job(spec: JobSpec, *, job_id: str, region: str, image: str | None = Non
         if not spec.resolved(role).module:
             raise UserError(f"pools.{role}: runs a command, which needs a container image on Vertex AI; pass "
                             "--image IMAGE (or set `image`), or run a Python `module` packaged from working_dir")
+    check_image(image, field="--image", today=today)
+    check_image(executor, field="--executor-image", today=today)
+    for role in spec.replica_counts():
+        check_image(spec.resolved(role).image, field=f"{source}: pools.{role}.image", today=today)
     tf_minor = None
     if module_roles and not executor:
-        executor, tf_minor = executor_image(region, gpu=gpu, notes=notes)
+        executor, tf_minor = executor_image(region, gpu=gpu, notes=notes, today=today)
     target = _RunTarget(spec=spec, to="vertex", source=source, image=image or executor, allow_loss=allow_loss)
     body = write(target)
     pools = target.roles(PLATFORM)

@@ -53,10 +53,18 @@ class Dockerfile:
 
     def _pairs(self) -> list[tuple[str, Path]]:
         # `COPY trainer/ /app/trainer/` also means /app holds what the context dir holding trainer/ holds.
+        # `COPY trainer/task.py ./trainer/task.py` (file by file, the tutorials' form) means the same for
+        # WORKDIR: a destination ending in the source's context path puts the context at what precedes it.
         pairs = list(self.copies)
         for dest, host in self.copies:
             if dest != "/" and posixpath.basename(dest) == host.name and host != self.context:
                 pairs.append((posixpath.dirname(dest) or "/", host.parent))
+            if host.is_relative_to(self.context) and host != self.context:
+                rel = host.relative_to(self.context).as_posix()
+                if dest.endswith("/" + rel):
+                    root = dest[: -len(rel) - 1] or "/"
+                    if (root, self.context) not in pairs:
+                        pairs.append((root, self.context))
         return pairs
 
 

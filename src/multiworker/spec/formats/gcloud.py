@@ -67,13 +67,15 @@ def load_command(argv: list[str], *, cwd: Path, check: bool = True) -> tuple[Loa
     """A gcloud command line made runnable here (its --image/--map-path/--set options applied): (loaded, job)."""
     job = parse_command(argv, cwd=cwd)
     opts = job.local
+    containers = bool(opts.get("containers"))  # the images run as they are
     options = LoadOptions(
         overrides=opts.get("set", ()),
-        images=opts.get("image", ()),
+        images=() if containers else opts.get("image", ()),
         dockerfile=str(cwd / opts["dockerfile"]) if opts.get("dockerfile") else None,
         map_paths=opts.get("map-path", ()),
-        check=check,
+        check=check and not containers,
         cwd=cwd,
+        containers=containers,
     )
     loaded = load_parsed(job.parsed, options, source=job.source, path=job.config, base_dir=cwd)
     return loaded, job

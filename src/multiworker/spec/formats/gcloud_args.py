@@ -62,7 +62,7 @@ def enum_name(value: str) -> str:
 LOCAL_FLAGS: dict[str, Flag] = {
     "image": Flag("list1"), "dockerfile": Flag(), "map-path": Flag("list1"), "set": Flag("list1"),
     "inject-failure": Flag("list1"), "quiet": Flag("bool"), "verbose": Flag("bool"), "detach": Flag("bool"),
-    "json": Flag("bool"),
+    "json": Flag("bool"), "containers": Flag("bool"), "pull": Flag(),
 }
 _SHORT = {"-q": "quiet", "-v": "verbose", "-d": "detach"}
 # gcloud-wide flags: accepted and left out (they say how gcloud talks to Google Cloud).

@@ -98,6 +98,8 @@ def localize(native: dict, parsed: Parsed, options: LoadOptions, *, source: str,
     notes: list[str] = []
     cloud = parsed.format != "native"
     _map_paths(native, parsed, paths, source=source, strict=strict)
+    if options.containers:  # the images run as they are: nothing to make local but the paths
+        return native, notes
     spec = spec_from_dict(native, source=source)  # for each pool's program, as the launcher resolves it
     df = read_dockerfile(options.dockerfile) if options.dockerfile else None
     if df is not None and df.env:

@@ -21,6 +21,8 @@ class LoadOptions:
     ``check``: an unmapped image or gs:// path is an error and every program must exist; without it
     they are left as they are (a platform-managed backend). ``max_replicas``: the replica cap.
     ``unpack``: unpack package archives (``validate`` checks them from their index instead).
+    ``containers``: the pools run as containers of their images: programs and images stay as the
+    spec gives them (only gs:// paths are mapped).
     """
 
     format: str | None = None
@@ -32,6 +34,7 @@ class LoadOptions:
     cwd: Path | None = None
     max_replicas: int = DEFAULT_MAX_REPLICAS
     unpack: bool = True
+    containers: bool = False
 
     def __post_init__(self) -> None:
         for name in ("overrides", "images", "map_paths"):
