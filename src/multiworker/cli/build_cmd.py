@@ -24,7 +24,7 @@ def build(
     pull: str = typer.Option("missing", "--pull", help="Pull the base image: missing | never | always."),
     engine: Optional[str] = typer.Option(None, "--engine", help="docker | podman | buildah (default: the first "
                                          "that works here)."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     print_dockerfile: bool = typer.Option(False, "--print-dockerfile", help="Print the Dockerfile that would be "
                                           "built and exit."),
 ) -> None:
