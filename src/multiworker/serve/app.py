@@ -198,8 +198,8 @@ def _endpoint(server: _Server, handler, api: str, google_errors: bool = False):
         except ServeError as exc:
             response = _google_error(exc) if google_errors else _tf_error(exc)
         except RecursionError:  # a nesting the decoders let through, e.g. in a :classify feature
-            exc = BadRequest("the request nests arrays or objects too deeply")
-            response = _google_error(exc) if google_errors else _tf_error(exc)
+            deep = BadRequest("the request nests arrays or objects too deeply")
+            response = _google_error(deep) if google_errors else _tf_error(deep)
         except Exception:  # noqa: BLE001 - one request's failure is a 500, not a dead server
             log.exception("%s %s failed", request.method, request.url.path)
             response = _JSON({"error": "internal error; see the server's log"}, status_code=500)
