@@ -8,6 +8,7 @@ get 503) and a client that sends no request head within ``Limits.read_timeout`` 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import socket
@@ -58,9 +59,41 @@ def _http_protocol(read_timeout: float):
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class Protocol(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self.timeout_keep_alive_task = self.loop.call_later(read_timeout, self.timeout_keep_alive_handler)
+            self._arm()
+
+        def _arm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(read_timeout, self._head_timeout)
+
+        def _waiting_for_head(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _head_timeout(self) -> None:
+            self._head_timer = None
+            if self._waiting_for_head() and not self.transport.is_closing():
+                self.transport.close()
+
+        def handle_events(self) -> None:
+            cycle = self.cycle
+            super().handle_events()
+            if self.cycle is not cycle and self._head_timer is not None:  # a request head arrived
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self._waiting_for_head():
+                self._arm()
+
+        def connection_lost(self, exc) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
 
     return Protocol
 
