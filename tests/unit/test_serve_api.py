@@ -315,3 +315,19 @@ def test_large_bodies_decode_in_a_worker_process_with_the_same_errors():
 
     name, inputs, fmt = asyncio.run(main())
     assert (name, fmt) == ("one", "row") and inputs["x"][:, 0].tolist() == [float(i) for i in range(50)]
+
+
+@pytest.mark.parametrize("text,size", [("64MB", 64 << 20), ("512kb", 512 << 10), ("1.5GiB", 3 << 29), ("4096", 4096)])
+def test_sizes_parse(text, size):
+    from multiworker.serve.limits import parse_size
+
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["abc", "10", "5 parsecs", "-1MB"])
+def test_bad_sizes_name_the_flag(text):
+    from multiworker.errors import UserError
+    from multiworker.serve.limits import parse_size
+
+    with pytest.raises(UserError, match="--max-request-size"):
+        parse_size(text)

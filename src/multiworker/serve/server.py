@@ -51,14 +51,18 @@ def _check_port(host: str, port: int, flag: str = "--port") -> None:
 
 
 def _http_protocol(read_timeout: float):
-    """uvicorn's h11 protocol, closing a connection that sends no complete request head within ``read_timeout``.
+    """uvicorn's HTTP protocol (httptools when installed, else h11), closing a connection that sends no
+    complete request head within ``read_timeout``.
 
     uvicorn itself times out only idle keep-alive connections, so a client that opens a connection
     and sends nothing (or a header a byte at a time) would hold it for ever.
     """
-    from uvicorn.protocols.http.h11_impl import H11Protocol
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol as Base
+    except ImportError:
+        from uvicorn.protocols.http.h11_impl import H11Protocol as Base  # type: ignore[assignment]
 
-    class Protocol(H11Protocol):
+    class Protocol(Base):
         _head_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
@@ -78,9 +82,9 @@ def _http_protocol(read_timeout: float):
             if self._waiting_for_head() and not self.transport.is_closing():
                 self.transport.close()
 
-        def handle_events(self) -> None:
+        def data_received(self, data: bytes) -> None:
             cycle = self.cycle
-            super().handle_events()
+            super().data_received(data)
             if self.cycle is not cycle and self._head_timer is not None:  # a request head arrived
                 self._head_timer.cancel()
                 self._head_timer = None
