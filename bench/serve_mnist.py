@@ -1,7 +1,7 @@
 """Benchmark (not a test): `multiworker serve` on the MNIST CNN over REST and gRPC against the model in-process.
 
-One run, side by side: the SavedModel's signature called in-process (no server) on one row and on
-batches of the sizes the server formed; the server over REST and over gRPC with 1 and 16 clients,
+One run, side by side: the SavedModel's signature called in-process (no server) on one row, from 16
+threads on one row each, and on batches of the sizes the server formed; the server over REST and over gRPC with 1 and 16 clients,
 each client its own process (one image per request, keep-alive connection / one channel); then a
 ~100 MB REST request sent while 4 one-row clients run, and the server's memory before and after.
 The last line is JSON: grpc_16_ratio and rest_16_ratio (rows/s with 16 clients over the in-process
@@ -220,13 +220,15 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
     one_row = model_call_ms(1, args.seconds)
     in_process = {"p50_ms": float(np.median(one_row)), "p99_ms": float(np.percentile(one_row, 99)),
                   "rps": 1000 / float(np.mean(one_row))}
+    threads_16 = _threads(lambda: servable.run("serving_default", {input_name: image}), 16, args.seconds)
 
     rest_port, grpc_port = free_ports(2)
     cmd = [sys.executable, "-m", "multiworker", "serve", str(model_dir), "--port", str(rest_port),
            "--grpc-port", str(grpc_port), "--name", "mnist", "--json", "--max-request-size", "256MB"]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO / "src")})
-    rows: list[dict] = [{"mode": "in-process", "clients": 1, **in_process, "rows_per_call": 1.0}]
+    rows: list[dict] = [{"mode": "in-process", "clients": 1, **in_process, "rows_per_call": 1.0},
+                        {"mode": "in-process threads", "clients": 16, **threads_16, "rows_per_call": 1.0}]
     try:
         info = json.loads(proc.stdout.readline())
         url = info["url"] + ":predict"
@@ -246,7 +248,7 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
                 row["rows_per_call"] = (now[1] - seen[1]) / calls if calls else 0.0
                 row["server_cpu_ms_per_request"] = cpu * 1000 / max(1, row["requests"])
                 rows.append(row)
-        for row in rows[1:]:  # the model alone on batches of the size the server formed, same rows
+        for row in rows[2:]:  # the model alone on batches of the size the server formed, same rows
             size = max(1, round(row["rows_per_call"]))
             per_call = float(np.mean(model_call_ms(size, min(args.seconds, 3.0))))
             row["in_process_rps_same_batches"] = size * 1000 / per_call
@@ -272,6 +274,8 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
         "rest_16_ratio": round(find("REST", 16)["ratio"], 3),
         "grpc_1_ratio": round(find("gRPC", 1)["ratio"], 3),
         "rest_1_ratio": round(find("REST", 1)["ratio"], 3),
+        "grpc_16_ratio_vs_16_threads_1_row": round(find("gRPC", 16)["rps"] / threads_16["rps"], 3),
+        "rest_16_ratio_vs_16_threads_1_row": round(find("REST", 16)["rps"] / threads_16["rps"], 3),
         "rest_1_p99_ms": round(find("REST", 1)["p99_ms"], 3),
         "grpc_1_p99_ms": round(find("gRPC", 1)["p99_ms"], 3),
         "in_process_1_row_ms": round(in_process["p50_ms"], 3),
@@ -292,6 +296,27 @@ def _predict_request(tf, image: np.ndarray, input_name: str) -> bytes:
     request.model_spec.name = "mnist"
     request.inputs[input_name].CopyFrom(tf.make_tensor_proto(image))
     return request.SerializeToString()
+
+
+def _threads(call, n: int, seconds: float) -> dict:
+    """``call()`` in a loop from ``n`` threads (TensorFlow releases the GIL while the model runs)."""
+    import threading
+
+    latencies: list[list[float]] = [[] for _ in range(n)]
+    stop = time.time() + seconds
+
+    def loop(i: int) -> None:
+        while time.time() < stop:
+            t = time.perf_counter()
+            call()
+            latencies[i].append(time.perf_counter() - t)
+
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(n)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return _stats([x for lat in latencies for x in lat], seconds)
 
 
 def _cpu_seconds(pid: int) -> float:
