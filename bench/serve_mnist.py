@@ -8,7 +8,7 @@ The last line is JSON: grpc_16_ratio and rest_16_ratio (rows/s with 16 clients o
 rows/s at the same mean batch size), rest_1_p99_ms, grpc_1_p99_ms, in_process_1_row_ms (median),
 big_request_extra_ms (the other clients' p99 latency during the big request minus their p99 before it;
 their medians and maxima are printed too).
-Run: .venv/bin/python bench/serve_mnist.py [--seconds 5] [--big-mb 100]
+Run: .venv/bin/python bench/serve_mnist.py [--seconds 5] [--big-mb 100] [--gc-baseline]
 """
 
 from __future__ import annotations
@@ -188,6 +188,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--big-mb", type=float, default=100.0, help="size of the big request (0: skip)")
+    parser.add_argument("--gc-baseline", action="store_true",
+                        help="also REST with 16 clients on a server that does not gc.freeze() after loading")
     args = parser.parse_args()
     sys.path.insert(0, str(REPO / "src"))
     image = np.random.default_rng(0).random((1, 28, 28, 1), dtype=np.float32)
@@ -201,7 +203,6 @@ def main() -> None:
 def run(model_dir: Path, image: np.ndarray, args) -> dict:
     import tensorflow as tf
 
-    from multiworker.procs import free_ports
     from multiworker.serve.model import load
 
     servable = load(model_dir)
@@ -222,32 +223,17 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
                   "rps": 1000 / float(np.mean(one_row))}
     threads_16 = _threads(lambda: servable.run("serving_default", {input_name: image}), 16, args.seconds)
 
-    rest_port, grpc_port = free_ports(2)
-    cmd = [sys.executable, "-m", "multiworker", "serve", str(model_dir), "--port", str(rest_port),
-           "--grpc-port", str(grpc_port), "--name", "mnist", "--json", "--max-request-size", "256MB"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    proc, info = _start_server(model_dir)
     rows: list[dict] = [{"mode": "in-process", "clients": 1, **in_process, "rows_per_call": 1.0},
                         {"mode": "in-process threads", "clients": 16, **threads_16, "rows_per_call": 1.0}]
+    body = json.dumps({"instances": image.tolist()}).encode()
     try:
-        info = json.loads(proc.stdout.readline())
         url = info["url"] + ":predict"
-        body = json.dumps({"instances": image.tolist()}).encode()
         request = _predict_request(tf, image, input_name)
-        metrics_url = info["url"].replace("/v1/models/mnist", "/monitoring/metrics")
         for api, target, target_args in (("REST", _rest_client, (url, body)),
                                           ("gRPC", _grpc_client, (info["grpc"], request))):
             for clients in (1, 16):
-                group = _Clients(target, target_args, clients)
-                seen, cpu = _batch_totals(metrics_url), _cpu_seconds(proc.pid)
-                results = group.run(args.seconds)
-                now, cpu = _batch_totals(metrics_url), _cpu_seconds(proc.pid) - cpu
-                latencies = [lat for stamps in results for _, lat in stamps]
-                row = {"mode": api, "clients": clients, **_stats(latencies, args.seconds)}
-                calls = now[0] - seen[0]
-                row["rows_per_call"] = (now[1] - seen[1]) / calls if calls else 0.0
-                row["server_cpu_ms_per_request"] = cpu * 1000 / max(1, row["requests"])
-                rows.append(row)
+                rows.append(_phase(api, clients, proc.pid, info, target, target_args, args.seconds))
         for row in rows[2:]:  # the model alone on batches of the size the server formed, same rows
             size = max(1, round(row["rows_per_call"]))
             per_call = float(np.mean(model_call_ms(size, min(args.seconds, 3.0))))
@@ -257,6 +243,15 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
     finally:
         proc.terminate()
         proc.wait(60)
+    if args.gc_baseline:  # the same server without gc.freeze() after loading: REST, 16 clients
+        proc, info = _start_server(model_dir, freeze=False)
+        try:
+            baseline = _phase("REST, no gc.freeze", 16, proc.pid, info, _rest_client,
+                              (info["url"] + ":predict", body), args.seconds)
+            rows.append(baseline)
+        finally:
+            proc.terminate()
+            proc.wait(60)
 
     def find(mode, clients):
         return next(r for r in rows if r["mode"] == mode and r["clients"] == clients)
@@ -266,9 +261,11 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
           "| ratio | server CPU ms per request |")
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
+        same = f"{r['in_process_rps_same_batches']:,.0f}" if "ratio" in r else "-"
+        ratio = f"{r['ratio']:.2f}" if "ratio" in r else "-"
+        cpu = f"{r['server_cpu_ms_per_request']:.2f}" if "server_cpu_ms_per_request" in r else "-"
         print(f"| {r['mode']} | {r['clients']} | {r['rps']:,.0f} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} | "
-              f"{r['rows_per_call']:.1f} | {r.get('in_process_rps_same_batches', r['rps']):,.0f} | "
-              f"{r.get('ratio', 1.0):.2f} | {r.get('server_cpu_ms_per_request', 0):.2f} |")
+              f"{r['rows_per_call']:.1f} | {same} | {ratio} | {cpu} |")
     report = {
         "grpc_16_ratio": round(find("gRPC", 16)["ratio"], 3),
         "rest_16_ratio": round(find("REST", 16)["ratio"], 3),
@@ -284,6 +281,9 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
         "rest_16_server_cpu_ms_per_request": round(find("REST", 16)["server_cpu_ms_per_request"], 3),
         "grpc_16_server_cpu_ms_per_request": round(find("gRPC", 16)["server_cpu_ms_per_request"], 3),
         "load_average": round(os.getloadavg()[0], 1),
+        **({"rest_16_no_gc_freeze_rps": round(find("REST, no gc.freeze", 16)["rps"], 1),
+            "rest_16_no_gc_freeze_p99_ms": round(find("REST, no gc.freeze", 16)["p99_ms"], 2)}
+           if args.gc_baseline else {}),
     }
     report.update(big or {})
     return report
@@ -296,6 +296,34 @@ def _predict_request(tf, image: np.ndarray, input_name: str) -> bytes:
     request.model_spec.name = "mnist"
     request.inputs[input_name].CopyFrom(tf.make_tensor_proto(image))
     return request.SerializeToString()
+
+
+def _start_server(model_dir: Path, freeze: bool = True) -> tuple[subprocess.Popen, dict]:
+    from multiworker.procs import free_ports
+
+    rest_port, grpc_port = free_ports(2)
+    # freeze=False: the server as it was before it froze its startup objects out of the collector's sight
+    launch = (["-m", "multiworker"] if freeze else
+              ["-c", "import gc, runpy; gc.freeze = lambda: None; runpy.run_module('multiworker', run_name='__main__')"])
+    cmd = [sys.executable, *launch, "serve", str(model_dir), "--port", str(rest_port), "--grpc-port", str(grpc_port),
+           "--name", "mnist", "--json", "--max-request-size", "256MB"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO / "src")})
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _phase(mode: str, clients: int, pid: int, info: dict, target, target_args: tuple, seconds: float) -> dict:
+    metrics_url = info["url"].replace("/v1/models/mnist", "/monitoring/metrics")
+    group = _Clients(target, target_args, clients)
+    seen, cpu = _batch_totals(metrics_url), _cpu_seconds(pid)
+    results = group.run(seconds)
+    now, cpu = _batch_totals(metrics_url), _cpu_seconds(pid) - cpu
+    latencies = [lat for stamps in results for _, lat in stamps]
+    row = {"mode": mode, "clients": clients, **_stats(latencies, seconds)}
+    calls = now[0] - seen[0]
+    row["rows_per_call"] = (now[1] - seen[1]) / calls if calls else 0.0
+    row["server_cpu_ms_per_request"] = cpu * 1000 / max(1, row["requests"])
+    return row
 
 
 def _threads(call, n: int, seconds: float) -> dict:
