@@ -19,7 +19,7 @@ from multiworker.serve import (
     create_app,
 )
 from multiworker.serve.batching import Batcher
-from multiworker.serve.decode import Decoder
+from multiworker.serve.decode import Decoder, SpooledBody
 from multiworker.serve.limits import Limits
 
 
@@ -302,19 +302,44 @@ def test_split_request_shares_calls_with_concurrent_requests():
 def test_large_bodies_decode_in_a_worker_process_with_the_same_errors():
     sigs = FakeModel().signatures
 
+    def spooled(data: bytes) -> SpooledBody:
+        body = SpooledBody()
+        body.write(data)
+        body.finish()
+        return body
+
     async def main():
-        decoder = Decoder(sigs, large=64)
+        decoder = Decoder(sigs)
+        good = spooled(b'{"signature_name": "one", "instances": ' + str([[float(i)] for i in range(50)]).encode() + b"}")
+        bad = spooled(b'{"signature_name": "ints", "instances": [' + b"1, " * 40 + b"1e30]}")
         try:
-            name, inputs, fmt = await decoder.predict(
-                b'{"signature_name": "one", "instances": ' + str([[float(i)] for i in range(50)]).encode() + b"}")
+            name, inputs, fmt = await decoder.predict(good)
             with pytest.raises(BadRequest, match="outside DT_INT32"):
-                await decoder.predict(b'{"signature_name": "ints", "instances": [' + b"1, " * 40 + b"1e30]}")
+                await decoder.predict(bad)
             return name, inputs, fmt
         finally:
             decoder.close()
+            good.close()
+            bad.close()
 
     name, inputs, fmt = asyncio.run(main())
     assert (name, fmt) == ("one", "row") and inputs["x"][:, 0].tolist() == [float(i) for i in range(50)]
+
+
+def test_body_over_a_mebibyte_goes_through_a_file_and_the_worker(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    rows = [[float(i % 7)] for i in range(200_000)]  # about 1.4 MB of JSON
+    model = FakeModel()
+    with TestClient(create_app(model, name="m", options=BatchOptions(max_batch_size=4096))) as client:
+        response = client.post("/v1/models/m:predict", json={"signature_name": "one", "instances": rows})
+        assert response.status_code == 200, response.text[:300]
+        assert response.json()["predictions"][:8] == [[2.0 * (i % 7)] for i in range(8)]
+        assert len(response.json()["predictions"]) == 200_000
+        bad = client.post("/v1/models/m:predict", json={"signature_name": "ints", "instances": [1] * 300_000 + [1.5]})
+        assert bad.status_code == 400 and "whole numbers" in bad.json()["error"]
+    assert not list(tmp_path.iterdir())  # the spooled bodies are gone
 
 
 @pytest.mark.parametrize("text,size", [("64MB", 64 << 20), ("512kb", 512 << 10), ("1.5GiB", 3 << 29), ("4096", 4096)])

@@ -31,7 +31,7 @@ from starlette.routing import Route
 
 from multiworker.serve import codec, examples
 from multiworker.serve.batching import Batcher, BatchOptions
-from multiworker.serve.decode import Decoder, signature_name
+from multiworker.serve.decode import Decoder, SpooledBody, signature_name
 from multiworker.serve.limits import Limits
 from multiworker.serve.metrics import Metrics
 from multiworker.serve.signatures import (
@@ -86,14 +86,19 @@ def _google_error(exc: ServeError) -> _JSON:
                  status_code=exc.http_status)
 
 
-async def _read_body(request: Request, limits: Limits) -> bytes:
-    """The body, refused (413) past ``max_request_bytes`` and (408) when it takes over ``read_timeout``."""
+async def _read_body(request: Request, limits: Limits, large: int) -> bytes | SpooledBody:
+    """The body, refused (413) past ``max_request_bytes`` and (408) when it takes over ``read_timeout``.
+
+    A body over ``large`` bytes goes to a file as it arrives, for the decoder's worker process to read:
+    joining and pickling 100 MB in this process would hold the GIL, and so every other request, meanwhile.
+    """
     cap = limits.max_request_bytes
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > cap:
         raise TooLarge(f"the request body is {int(declared):,} bytes; this server takes at most {cap:,} "
                        "(--max-request-size)")
-    chunks, size = [], 0
+    chunks: list[bytes] = []
+    size, spool = 0, None
     try:
         async with asyncio.timeout(limits.read_timeout):
             async for chunk in request.stream():
@@ -101,9 +106,26 @@ async def _read_body(request: Request, limits: Limits) -> bytes:
                 if size > cap:
                     raise TooLarge(f"the request body is over {cap:,} bytes, the most this server takes "
                                    "(--max-request-size)")
-                chunks.append(chunk)
+                if spool is None and size > large:
+                    spool = SpooledBody()
+                    for earlier in chunks:
+                        spool.write(earlier)
+                    chunks = []
+                if spool is not None:
+                    spool.write(chunk)
+                else:
+                    chunks.append(chunk)
     except TimeoutError:
+        if spool is not None:
+            spool.close()
         raise TimedOut(f"the request body did not arrive within {limits.read_timeout:g}s (--read-timeout)") from None
+    except BaseException:
+        if spool is not None:
+            spool.close()
+        raise
+    if spool is not None:
+        spool.finish()
+        return spool
     return b"".join(chunks)
 
 
@@ -140,16 +162,16 @@ class _Server:
                            f"the model has {sorted(self.servable.signatures)}")
         return self.servable.signatures[name]
 
-    async def predict(self, raw: bytes, vertex: bool = False) -> tuple[dict, bool]:
+    async def predict(self, raw: bytes | SpooledBody, vertex: bool = False) -> tuple[dict, bool]:
         """(response document, whether all its numbers are finite) of a :predict body."""
         signature, inputs, fmt = await self.decoder.predict(raw, vertex)
         outputs = await self.batcher.submit(signature, inputs)
         return codec.format_predict(outputs, fmt), _finite(outputs)
 
-    async def body(self, request: Request) -> bytes:
-        raw = await _read_body(request, self.limits)
-        if len(raw) > self.decoder.large:
-            request.state.large = True
+    async def body(self, request: Request) -> bytes | SpooledBody:
+        raw = await _read_body(request, self.limits, self.decoder.large)
+        if isinstance(raw, SpooledBody):
+            request.state.spooled = raw
         return raw
 
     async def tf_serving(self, request: Request) -> Response:
@@ -204,7 +226,9 @@ def _endpoint(server: _Server, handler, api: str, google_errors: bool = False):
             log.exception("%s %s failed", request.method, request.url.path)
             response = _JSON({"error": "internal error; see the server's log"}, status_code=500)
         server.metrics.request(api, response.status_code, time.monotonic() - started)
-        if getattr(request.state, "large", False):
+        spooled = getattr(request.state, "spooled", None)
+        if spooled is not None:
+            spooled.close()
             server.decoder.after_large_request()
         return response
     return endpoint

@@ -1,28 +1,32 @@
 """Request bodies -> JSON values and input arrays, without stalling the event loop.
 
 Small bodies (most requests) are decoded in place by orjson (about 30x faster than ``json`` on
-number arrays). A large body is decoded and turned into arrays in a separate process: both steps
-hold the GIL for the whole body, so a thread would stall every other request as long. The worker
-returns plain arrays (a memory copy to unpickle) and gives its memory back to the OS afterwards.
+number arrays). A large body is spooled to a temporary file as it arrives and decoded and turned into
+arrays in a separate process: both steps hold the GIL for the whole body, so a thread would stall
+every other request as long. The worker returns plain arrays (a memory copy to unpickle) and gives
+its memory back to the OS afterwards.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import ctypes.util
 import gc
 import json
 import logging
 import multiprocessing
+import os
+import tempfile
 import threading
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, BinaryIO
 
 from multiworker.serve import codec
 from multiworker.serve.signatures import DEFAULT_SIGNATURE, BadRequest, NotFound, ServeError, SignatureInfo
 
-__all__ = ["loads", "parse_predict_body", "Decoder", "release_memory", "LARGE_BODY"]
+__all__ = ["loads", "parse_predict_body", "Decoder", "SpooledBody", "release_memory", "LARGE_BODY"]
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +84,46 @@ def signature_name(body: Any) -> str:
     return name or DEFAULT_SIGNATURE
 
 
-def _worker_decode(raw: bytes, signatures: dict[str, SignatureInfo], vertex: bool):
+class SpooledBody:
+    """A large request body in a temporary file, written chunk by chunk as it arrives (no joined copy)."""
+
+    def __init__(self):
+        fd, self.path = tempfile.mkstemp(prefix="multiworker-serve-body-")
+        self._file: BinaryIO | None = os.fdopen(fd, "wb")
+        self.size = 0
+
+    def write(self, chunk: bytes) -> None:
+        assert self._file is not None
+        self._file.write(chunk)
+        self.size += len(chunk)
+
+    def finish(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as f:
+            return f.read()
+
+    def close(self) -> None:
+        self.finish()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+    def __len__(self) -> int:
+        return self.size
+
+
+def _worker_decode(path: str, signatures: dict[str, SignatureInfo], vertex: bool):
     try:
+        with open(path, "rb") as f:
+            raw = f.read()
         return parse_predict_body(raw, signatures, vertex)
     except ServeError as exc:
         return exc
     finally:
-        del raw
+        raw = b""
         gc.collect()
         release_memory()
 
@@ -121,20 +158,20 @@ class Decoder:
                 self._pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
             return self._pool
 
-    async def predict(self, raw: bytes, vertex: bool = False):
-        if len(raw) <= self.large:
+    async def predict(self, raw: bytes | SpooledBody, vertex: bool = False):
+        if isinstance(raw, bytes):
             return parse_predict_body(raw, self.signatures, vertex)
         loop = asyncio.get_running_loop()
-        result = await loop.run_in_executor(self._executor(), _worker_decode, raw, self.signatures, vertex)
+        result = await loop.run_in_executor(self._executor(), _worker_decode, raw.path, self.signatures, vertex)
         if isinstance(result, ServeError):
             raise result
         return result
 
-    async def json(self, raw: bytes) -> Any:
+    async def json(self, raw: bytes | SpooledBody) -> Any:
         """Any other body (classify, regress): parsed on a thread when large, so small requests interleave."""
-        if len(raw) <= self.large:
+        if isinstance(raw, bytes):
             return loads(raw)
-        return await asyncio.to_thread(loads, raw)
+        return await asyncio.to_thread(lambda: loads(raw.read()))
 
     def after_large_request(self) -> None:
         """Give the memory of a large request back, once (on a thread: trimming a big heap takes a while)."""
