@@ -236,7 +236,7 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
                 rows.append(_phase(api, clients, proc.pid, info, target, target_args, args.seconds))
         for row in rows[2:]:  # the model alone on batches of the size the server formed, same rows
             size = max(1, round(row["rows_per_call"]))
-            per_call = float(np.mean(model_call_ms(size, min(args.seconds, 3.0))))
+            per_call = float(np.median(model_call_ms(size, min(args.seconds, 3.0))))  # robust to others' load
             row["in_process_rps_same_batches"] = size * 1000 / per_call
             row["ratio"] = row["rps"] / row["in_process_rps_same_batches"]
         big = big_request(url, body, args.big_mb, proc.pid, args.seconds) if args.big_mb else None
