@@ -6,7 +6,7 @@ shapes while ``timeout`` has not passed since it started. A request with more ro
 split: the rest goes to the back of the queue, so a 10,000-row request shares the model with the
 requests that arrive meanwhile instead of holding it for 300 calls. A request with nothing else
 queued runs at once: waiting out the timeout for company that is not coming only added latency
-(at one client, p50 9 ms instead of 3 ms; see BENCHMARKS.md). Inputs are concatenated into one
+(at one client, p50 9 ms instead of 3 ms). Inputs are concatenated into one
 model call and the outputs split back. If a merged call fails, each part is retried alone, so one
 bad request cannot fail its neighbours. Without batching, calls run concurrently, still bounded
 and still split into calls of at most ``max_batch_size`` rows.
