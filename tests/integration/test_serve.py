@@ -349,6 +349,19 @@ def test_connections_over_the_cap_get_503_and_big_bodies_413(served):
         pytest.fail("the server kept refusing after the idle connections closed")
 
 
+@pytest.mark.parametrize("path,body,status,words", [
+    (":predict", b'{"instances": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 400, "not valid JSON"),
+    (":predict", b'{"instances": [' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"]}", 400, "not valid JSON"),
+    (":predict", b'{"signature_name": ["serving_default"], "instances": [1]}', 400, "must be a string"),
+    (":predict", b'{"signature_name": {"a": 1}, "instances": [1]}', 400, "must be a string"),
+    ("/versions/" + "1" * 5000 + ":predict", b'{"instances": [1]}', 404, "Servable not found"),
+], ids=["deep-arrays", "deep-objects", "signature-list", "signature-object", "version-5000-digits"])
+def test_hostile_requests_get_400_or_404_from_the_real_server(served, path, body, status, words):
+    response = httpx.post(served["mnist_url"] + path, content=body, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == status and words in response.json()["error"], response.text[:300]
+
+
 def test_sigterm_stops_cleanly(served):
     proc = served["procs"][1]
     proc.send_signal(signal.SIGTERM)
