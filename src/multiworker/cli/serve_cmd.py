@@ -19,7 +19,7 @@ def serve(
                                   help="gRPC PredictionService port (TF Serving's default); 0: REST only."),
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on; 0.0.0.0 exposes it to the network."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name in URLs (default: the job's name or the directory's)."),
-    max_batch_size: int = typer.Option(32, "--max-batch-size", min=1, help="Most rows merged into one model call."),
+    max_batch_size: int = typer.Option(32, "--max-batch-size", min=1, help="Most rows in one model call: concurrent requests are merged up to it, larger ones split."),
     batch_timeout: str = typer.Option("5ms", "--batch-timeout", help="Longest a batch of queued requests waits to fill (5ms, 500us, 0.01s); "
                                      "a lone request never waits."),
     max_queue: int = typer.Option(1000, "--max-queue", min=1, help="Requests waiting at most; more get 503."),
