@@ -46,12 +46,13 @@ def _example_model(example: str):
 
 
 def _start(args: list[str], home: Path) -> subprocess.Popen:
-    """``multiworker serve ARGS --json``; its stderr goes to a file (a full pipe would block the server)."""
+    """``multiworker serve ARGS --json`` (gRPC on a free port); stderr goes to a file (a full pipe would block it)."""
     env = {**os.environ, "MULTIWORKER_HOME": str(home), "PYTHONPATH": str(REPO / "src")}
     log_path = home / f"serve-{args[2]}.log"
+    (grpc_port,) = free_ports(1)
     with open(log_path, "w") as stderr:
-        proc = subprocess.Popen([sys.executable, "-m", "multiworker", "serve", *args, "--json"], env=env,
-                                stdout=subprocess.PIPE, stderr=stderr, text=True)
+        proc = subprocess.Popen([sys.executable, "-m", "multiworker", "serve", *args, "--grpc-port", str(grpc_port),
+                                 "--json"], env=env, stdout=subprocess.PIPE, stderr=stderr, text=True)
     proc.log_path = log_path
     return proc
 
@@ -99,8 +100,9 @@ def served(tmp_path_factory):
     store.close()
     mnist_port, taxi_port = free_ports(2)
     procs = [
-        _start(["20250101", "--port", str(mnist_port), "--batch-timeout", "20ms"], home),
-        _start([str(root / "taxi"), "--port", str(taxi_port)], home),
+        _start(["20250101", "--port", str(mnist_port), "--batch-timeout", "20ms", "--read-timeout", "2"], home),
+        _start([str(root / "taxi"), "--port", str(taxi_port), "--max-connections", "4", "--max-request-size", "64KB"],
+               home),
     ]
     try:
         mnist_info, taxi_info = (_ready(p) for p in procs)
@@ -205,35 +207,159 @@ def test_concurrent_requests_are_batched(served):
     assert metrics["batch_size"]["sum"] >= 48 and metrics["requests"]["total"] >= 48
 
 
-def test_classify_and_regress_signatures(tmp_path):
-    import uvicorn
-
-    from multiworker.serve import create_app, load
-
-    _tf1_classify_regress_model(tmp_path / "m")
+@pytest.fixture(scope="module")
+def tf1(tmp_path_factory):
+    """The TF1 classify/regress/predict model served by a real `multiworker serve` process (REST and gRPC)."""
+    root = tmp_path_factory.mktemp("tf1")
+    _tf1_classify_regress_model(root / "half")
     (port,) = free_ports(1)
-    server = uvicorn.Server(uvicorn.Config(create_app(load(tmp_path / "m"), name="half"), port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
+    proc = _start([str(root / "half"), "--port", str(port)], root)
     try:
-        for _ in range(200):
-            if server.started:
-                break
-            threading.Event().wait(0.05)
-        url = f"http://127.0.0.1:{port}/v1/models/half"
-        regress = httpx.post(url + ":regress", json={"signature_name": "regress_x", "examples": [{"x": 1.0}, {"x": 4.0}]})
-        assert regress.json() == {"result": [3.5, 5.0]}, regress.text
-        classify = httpx.post(url + ":classify", json={"signature_name": "classify_x", "examples": [{"x": 0.0}]})
-        assert classify.json() == {"result": [[["pos", 0.5], ["neg", 0.5]]]}, classify.text
-        clash = httpx.post(url + ":regress", json={"signature_name": "regress_x", "context": {"x": 1.0},
-                                                   "examples": [{"x": 2.0}]})
-        assert clash.status_code == 400 and "also in \"context\"" in clash.json()["error"]
-        wrong_type = httpx.post(url + ":regress", json={"signature_name": "regress_x", "examples": [{"x": 4}]})
-        assert wrong_type.status_code == 400 and "Graph execution" not in wrong_type.json()["error"], wrong_type.text
-        assert httpx.post(url + ":predict", json={"instances": [[2.0]]}).json() == {"predictions": [[4.0]]}
+        yield _ready(proc)
     finally:
-        server.should_exit = True
-        thread.join(30)
+        proc.terminate()
+        proc.wait(60)
+
+
+def test_classify_and_regress_signatures(tf1):
+    url = tf1["url"]
+    regress = httpx.post(url + ":regress", json={"signature_name": "regress_x", "examples": [{"x": 1.0}, {"x": 4.0}]})
+    assert regress.json() == {"result": [3.5, 5.0]}, regress.text
+    classify = httpx.post(url + ":classify", json={"signature_name": "classify_x", "examples": [{"x": 0.0}]})
+    assert classify.json() == {"result": [[["pos", 0.5], ["neg", 0.5]]]}, classify.text
+    clash = httpx.post(url + ":regress", json={"signature_name": "regress_x", "context": {"x": 1.0},
+                                               "examples": [{"x": 2.0}]})
+    assert clash.status_code == 400 and "also in \"context\"" in clash.json()["error"]
+    wrong_type = httpx.post(url + ":regress", json={"signature_name": "regress_x", "examples": [{"x": 4}]})
+    assert wrong_type.status_code == 400 and "Graph execution" not in wrong_type.json()["error"], wrong_type.text
+    assert httpx.post(url + ":predict", json={"instances": [[2.0]]}).json() == {"predictions": [[4.0]]}
+
+
+def _stub(address: str):
+    grpc = pytest.importorskip("grpc")
+    apis = pytest.importorskip("tensorflow_serving.apis.prediction_service_pb2_grpc")
+    channel = grpc.insecure_channel(address)
+    return grpc, apis.PredictionServiceStub(channel), channel
+
+
+def test_grpc_classify_and_regress_with_tf_servings_client(tf1):
+    from tensorflow_serving.apis import classification_pb2, regression_pb2
+
+    grpc, stub, channel = _stub(tf1["grpc"])
+    with channel:
+        def examples(request, values, context=None):
+            target = request.input.example_list_with_context if context else request.input.example_list
+            for v in values:
+                target.examples.add().features.feature["x"].float_list.value.append(v)
+            if context:
+                target.context.features.feature["y"].float_list.value.append(context)
+
+        regress = regression_pb2.RegressionRequest()
+        regress.model_spec.name, regress.model_spec.signature_name = "half", "regress_x"
+        examples(regress, [1.0, 4.0], context=9.0)
+        result = stub.Regress(regress, timeout=60)
+        assert [r.value for r in result.result.regressions] == [3.5, 5.0] and result.model_spec.version.value == 1
+        classify = classification_pb2.ClassificationRequest()
+        classify.model_spec.name, classify.model_spec.signature_name = "half", "classify_x"
+        examples(classify, [0.0])
+        classes = stub.Classify(classify, timeout=60).result.classifications[0].classes
+        assert [(c.label, c.score) for c in classes] == [("pos", 0.5), ("neg", 0.5)]
+        regress.model_spec.signature_name = "serving_default"  # a predict signature
+        with pytest.raises(grpc.RpcError) as err:
+            stub.Regress(regress, timeout=60)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "tensorflow/serving/regress" in err.value.details()
+
+
+def test_grpc_predict_and_metadata_with_tf_servings_client(served):
+    import tensorflow as tf
+    from tensorflow_serving.apis import get_model_metadata_pb2, predict_pb2
+
+    grpc, stub, channel = _stub(served["mnist_info"]["grpc"])
+    images = np.random.default_rng(3).random((40, 28, 28, 1), dtype=np.float32)
+    expected = served["mnist"].predict(images, verbose=0)
+    with channel:
+        meta_request = get_model_metadata_pb2.GetModelMetadataRequest(metadata_field=["signature_def"])
+        meta_request.model_spec.name = "mnist"
+        meta = stub.GetModelMetadata(meta_request, timeout=60)
+        signatures = get_model_metadata_pb2.SignatureDefMap()
+        meta.metadata["signature_def"].Unpack(signatures)
+        (input_name,) = signatures.signature_def["serving_default"].inputs
+        assert [d.size for d in signatures.signature_def["serving_default"].inputs[input_name].tensor_shape.dim] == [
+            -1, 28, 28, 1]
+
+        request = predict_pb2.PredictRequest()
+        request.model_spec.name = "mnist"
+        request.inputs[input_name].CopyFrom(tf.make_tensor_proto(images))
+        response = stub.Predict(request, timeout=60)
+        (output,) = response.outputs.values()
+        np.testing.assert_allclose(tf.make_ndarray(output), expected, rtol=1e-4, atol=1e-5)
+        assert response.model_spec.name == "mnist" and response.model_spec.signature_name == "serving_default"
+
+        def fails(mutate, code, words):
+            bad = predict_pb2.PredictRequest()
+            bad.CopyFrom(request)
+            mutate(bad)
+            with pytest.raises(grpc.RpcError) as err:
+                stub.Predict(bad, timeout=60)
+            assert err.value.code() == code and words in err.value.details(), err.value.details()
+
+        fails(lambda r: r.model_spec.__setattr__("name", "other"), grpc.StatusCode.NOT_FOUND, "Servable not found")
+        fails(lambda r: r.model_spec.version.__setattr__("value", 2), grpc.StatusCode.NOT_FOUND, "Specific(mnist, 2)")
+        fails(lambda r: r.model_spec.__setattr__("signature_name", "nope"), grpc.StatusCode.NOT_FOUND, "nope")
+        fails(lambda r: r.inputs[input_name].CopyFrom(tf.make_tensor_proto(images.astype(np.int32))),
+              grpc.StatusCode.INVALID_ARGUMENT, "expects a DT_FLOAT tensor")
+        fails(lambda r: r.inputs[input_name].CopyFrom(tf.make_tensor_proto(images[:, :20])),
+              grpc.StatusCode.INVALID_ARGUMENT, "does not match")
+        fails(lambda r: r.inputs[input_name].tensor_shape.dim[0].__setattr__("size", 10 ** 12),
+              grpc.StatusCode.INVALID_ARGUMENT, "larger than --max-request-size")
+        fails(lambda r: r.inputs[input_name].tensor_shape.dim[0].__setattr__("size", 41),
+              grpc.StatusCode.INVALID_ARGUMENT, "not a valid TensorProto")
+        fails(lambda r: r.inputs["extra"].CopyFrom(tf.make_tensor_proto([1.0])),
+              grpc.StatusCode.INVALID_ARGUMENT, "unknown input(s) ['extra']")
+    metrics = httpx.get(served["mnist_url"].replace("/v1/models/mnist", "/monitoring/metrics")).json()
+    assert metrics["batch_size"]["max"] <= 32  # 40 rows ran as calls of at most --max-batch-size
+
+
+def test_silent_connection_is_closed_after_the_read_timeout(served):
+    import socket
+
+    with socket.create_connection(("127.0.0.1", served["mnist_port"]), timeout=120) as sock:
+        sock.sendall(b"POST /v1/models/mnist:predict HTTP/1.1\r\nHost: x\r\n")  # a head that never ends
+        assert sock.recv(1024) == b""  # closed by the server (after --read-timeout 2), not by our 120 s
+
+
+def test_connections_over_the_cap_get_503_and_big_bodies_413(served):
+    import socket
+
+    taxi_port = int(served["taxi_url"].split(":")[2].split("/")[0])
+    too_big = httpx.post(served["taxi_url"] + ":predict", json={"inputs": {**TRIPS, "pad": ["x" * 70_000]}}, timeout=60)
+    assert too_big.status_code == 413 and "--max-request-size" in too_big.json()["error"]
+    idle = [socket.create_connection(("127.0.0.1", taxi_port), timeout=60) for _ in range(4)]  # --max-connections 4
+    try:
+        refused = httpx.get(served["taxi_url"], timeout=60)
+        assert refused.status_code == 503, refused.text
+    finally:
+        for sock in idle:
+            sock.close()
+    for _ in range(600):  # the server notices the closed connections
+        if httpx.get(served["taxi_url"], timeout=60).status_code == 200:
+            break
+        threading.Event().wait(0.1)
+    else:
+        pytest.fail("the server kept refusing after the idle connections closed")
+
+
+@pytest.mark.parametrize("path,body,status,words", [
+    (":predict", b'{"instances": ' + b"[" * 50_000 + b"]" * 50_000 + b"}", 400, "not valid JSON"),
+    (":predict", b'{"instances": [' + b'{"a":' * 50_000 + b"1" + b"}" * 50_000 + b"]}", 400, "not valid JSON"),
+    (":predict", b'{"signature_name": ["serving_default"], "instances": [1]}', 400, "must be a string"),
+    (":predict", b'{"signature_name": {"a": 1}, "instances": [1]}', 400, "must be a string"),
+    ("/versions/" + "1" * 5000 + ":predict", b'{"instances": [1]}', 404, "Servable not found"),
+], ids=["deep-arrays", "deep-objects", "signature-list", "signature-object", "version-5000-digits"])
+def test_hostile_requests_get_400_or_404_from_the_real_server(served, path, body, status, words):
+    response = httpx.post(served["mnist_url"] + path, content=body, timeout=60,
+                          headers={"content-type": "application/json"})
+    assert response.status_code == status and words in response.json()["error"], response.text[:300]
 
 
 def test_sigterm_stops_cleanly(served):

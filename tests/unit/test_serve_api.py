@@ -19,6 +19,8 @@ from multiworker.serve import (
     create_app,
 )
 from multiworker.serve.batching import Batcher
+from multiworker.serve.decode import Decoder, SpooledBody
+from multiworker.serve.limits import Limits
 
 
 class FakeModel:
@@ -38,11 +40,16 @@ class FakeModel:
                 outputs={"sum": TensorInfo("DT_FLOAT", (-1,)), "echo_bytes": TensorInfo("DT_STRING", (-1,))}),
             "one": SignatureInfo("one", inputs={"x": TensorInfo("DT_FLOAT", (-1, 1))},
                                  outputs={"y": TensorInfo("DT_FLOAT", (-1, 1))}),
+            "ints": SignatureInfo("ints", inputs={"i": TensorInfo("DT_INT32", (-1,))},
+                                  outputs={"j": TensorInfo("DT_INT32", (-1,))}),
         }
 
     def run(self, signature, inputs):
         if self.gate:
             self.gate.wait(10)
+        if signature == "ints":
+            self.calls.append((signature, len(inputs["i"])))
+            return {"j": inputs["i"] + 1}
         if signature == "one":
             if np.any(inputs["x"] < 0):
                 raise BadRequest("negative input")
@@ -110,7 +117,7 @@ def test_status_metadata_and_vertex_shapes(client):
     meta = client.get("/v1/models/m/metadata").json()
     assert meta["model_spec"] == {"name": "m", "signature_name": "", "version": "3"}
     sigs = meta["metadata"]["signature_def"]["signature_def"]
-    assert set(sigs) == {"serving_default", "one"} and sigs["one"]["method_name"] == "tensorflow/serving/predict"
+    assert set(sigs) == {"serving_default", "one", "ints"} and sigs["one"]["method_name"] == "tensorflow/serving/predict"
     assert sigs["one"]["inputs"]["x"]["tensor_shape"]["dim"] == [{"size": "-1", "name": ""}, {"size": "1", "name": ""}]
     body = {"instances": [{"a": [1, 1], "s": "q"}], "parameters": {"k": 1}}
     public = client.post("/v1/projects/p/locations/us-central1/endpoints/123:predict", json=body).json()
@@ -207,3 +214,145 @@ def test_lone_request_does_not_wait_out_the_batch_timeout():
     lone, together = asyncio.run(main())
     assert lone < 1.0, f"a lone request took {lone:.2f}s: it waited for the 2 s batch timeout"
     assert len(together) == 3 and model.calls[1] == ("one", 3)  # queued together: still one call
+
+
+_DEEP = 100_000
+
+
+@pytest.mark.parametrize("path,body,status,words", [
+    (":predict", b'{"instances": ' + b"[" * _DEEP + b"]" * _DEEP + b"}", 400, "not valid JSON"),
+    (":predict", b'{"instances": [' + b'{"a":' * _DEEP + b"1" + b"}" * _DEEP + b"]}", 400, "not valid JSON"),
+    (":predict", {"signature_name": ["one"], "instances": [[1.0]]}, 400, "must be a string, not list"),
+    (":predict", {"signature_name": {"a": 1}, "instances": [[1.0]]}, 400, "must be a string, not dict"),
+    (":classify", {"signature_name": ["one"], "examples": [{"x": 1}]}, 400, "must be a string"),
+    ("/versions/" + "7" * 5000 + ":predict", {"instances": [[1.0]]}, 404, "Specific(m, 77777"),
+    ("/versions/" + "0" * 4999 + "3:predict", {"signature_name": "one", "instances": [[1.0]]}, 200, ""),
+    ("/versions/\u0663:predict", {"instances": [[1.0]]}, 400, "not a number"),  # an Arabic-Indic 3
+    (":predict", {"signature_name": "ints", "instances": [2 ** 40]}, 400, "outside DT_INT32's range"),
+    (":predict", {"signature_name": "ints", "instances": [1, 2 ** 80]}, 400, "outside DT_INT32's range"),
+    (":predict", {"signature_name": "ints", "instances": [1.7]}, 400, "whole numbers"),
+    (":predict", {"signature_name": "ints", "instances": [1e30]}, 400, "outside DT_INT32's range"),
+    (":predict", {"signature_name": "ints", "instances": [-(2 ** 31) - 1]}, 400, "outside DT_INT32's range"),
+    (":predict", b'{"signature_name": "ints", "instances": [NaN]}', 400, "whole numbers"),
+    (":predict", b'{"signature_name": "ints", "instances": [' + b"9" * 5000 + b"]}", 400, "not valid JSON"),
+], ids=["deep-arrays", "deep-objects", "signature-list", "signature-object", "classify-signature-list",
+        "version-5000-digits", "version-leading-zeros", "version-unicode-digit", "int32-2**40", "int32-2**80",
+        "int32-fraction", "int32-1e30", "int32-below-min", "int32-nan", "int-5000-digits"])
+def test_hostile_inputs_get_400_or_404(client, path, body, status, words):
+    kwargs = {"content": body} if isinstance(body, bytes) else {"json": body}
+    response = client.post("/v1/models/m" + path, **kwargs)
+    assert response.status_code == status, response.text[:300]
+    if status != 200:
+        assert set(response.json()) == {"error"} and words in response.json()["error"], response.text[:300]
+
+
+def test_integers_in_range_are_exact(client):
+    body = {"signature_name": "ints", "instances": [2 ** 31 - 1 - 1, -(2 ** 31), 3.0]}
+    assert client.post("/v1/models/m:predict", json=body).json() == {"predictions": [2 ** 31 - 1, -(2 ** 31) + 1, 4]}
+
+
+def test_nan_and_infinity_survive_both_ways(client):
+    response = client.post("/v1/models/m:predict", content=b'{"signature_name": "one", "instances": [[NaN], [1.0]]}')
+    assert response.status_code == 200 and response.text == '{"predictions":[[NaN],[2.0]]}'
+
+
+def test_body_over_the_cap_gets_413_without_being_read():
+    with TestClient(create_app(FakeModel(), name="m", limits=Limits(max_request_bytes=4096))) as client:
+        big = {"signature_name": "one", "instances": [[1.0]] * 2000}
+        response = client.post("/v1/models/m:predict", json=big)
+        assert response.status_code == 413 and "--max-request-size" in response.json()["error"]
+        vertex = client.post("/v1/endpoints/1/deployedModels/2:predict", json={"instances": [[1.0]] * 2000})
+        assert vertex.status_code == 413 and vertex.json()["error"]["status"] == "RESOURCE_EXHAUSTED"
+        chunked = client.post("/v1/models/m:predict", content=iter([b'{"instances": [', b"[1.0]," * 1000, b"[1.0]]}"]))
+        assert chunked.status_code == 413, chunked.text  # no Content-Length: counted as it arrives
+        small = client.post("/v1/models/m:predict", json={"signature_name": "one", "instances": [[1.0]]})
+        assert small.json() == {"predictions": [[2.0]]}
+
+
+def test_large_request_runs_as_calls_of_at_most_max_batch_size():
+    model = FakeModel()
+    with TestClient(create_app(model, name="m", options=BatchOptions(max_batch_size=8))) as client:
+        response = client.post("/v1/models/m:predict", json={"signature_name": "one",
+                                                              "instances": [[float(i)] for i in range(100)]})
+    assert response.json() == {"predictions": [[2.0 * i] for i in range(100)]}
+    assert [n for _, n in model.calls] == [8] * 12 + [4]
+
+
+def test_split_request_shares_calls_with_concurrent_requests():
+    """Rows of concurrent requests fill the same calls; a long request's rest waits behind newer requests."""
+    model = FakeModel()
+
+    async def main():
+        batcher = Batcher(model.run, BatchOptions(max_batch_size=8, timeout=0.5))
+        await batcher.start()
+        try:
+            big = batcher.submit("one", {"x": np.arange(20, dtype=np.float32)[:, None]})
+            small = [batcher.submit("one", {"x": np.full((3, 1), v, np.float32)}) for v in (100, 200)]
+            return await asyncio.gather(big, *small)
+        finally:
+            await batcher.stop()
+
+    big, *small = asyncio.run(main())
+    assert big["y"][:, 0].tolist() == [2.0 * i for i in range(20)]
+    assert [s["y"][:, 0].tolist() for s in small] == [[200.0] * 3, [400.0] * 3]
+    sizes = [n for _, n in model.calls]
+    assert max(sizes) <= 8 and sum(sizes) == 26 and len(sizes) == 4  # 8 | 3+3+2 | 8 | 2 - all rows packed
+
+
+def test_large_bodies_decode_in_a_worker_process_with_the_same_errors():
+    sigs = FakeModel().signatures
+
+    def spooled(data: bytes) -> SpooledBody:
+        body = SpooledBody()
+        body.write(data)
+        body.finish()
+        return body
+
+    async def main():
+        decoder = Decoder(sigs)
+        good = spooled(b'{"signature_name": "one", "instances": ' + str([[float(i)] for i in range(50)]).encode() + b"}")
+        bad = spooled(b'{"signature_name": "ints", "instances": [' + b"1, " * 40 + b"1e30]}")
+        try:
+            name, inputs, fmt = await decoder.predict(good)
+            with pytest.raises(BadRequest, match="outside DT_INT32"):
+                await decoder.predict(bad)
+            return name, inputs, fmt
+        finally:
+            decoder.close()
+            good.close()
+            bad.close()
+
+    name, inputs, fmt = asyncio.run(main())
+    assert (name, fmt) == ("one", "row") and inputs["x"][:, 0].tolist() == [float(i) for i in range(50)]
+
+
+def test_body_over_a_mebibyte_goes_through_a_file_and_the_worker(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    rows = [[float(i % 7)] for i in range(200_000)]  # about 1.4 MB of JSON
+    model = FakeModel()
+    with TestClient(create_app(model, name="m", options=BatchOptions(max_batch_size=4096))) as client:
+        response = client.post("/v1/models/m:predict", json={"signature_name": "one", "instances": rows})
+        assert response.status_code == 200, response.text[:300]
+        assert response.json()["predictions"][:8] == [[2.0 * (i % 7)] for i in range(8)]
+        assert len(response.json()["predictions"]) == 200_000
+        bad = client.post("/v1/models/m:predict", json={"signature_name": "ints", "instances": [1] * 300_000 + [1.5]})
+        assert bad.status_code == 400 and "whole numbers" in bad.json()["error"]
+    assert not list(tmp_path.iterdir())  # the spooled bodies are gone
+
+
+@pytest.mark.parametrize("text,size", [("64MB", 64 << 20), ("512kb", 512 << 10), ("1.5GiB", 3 << 29), ("4096", 4096)])
+def test_sizes_parse(text, size):
+    from multiworker.serve.limits import parse_size
+
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["abc", "10", "5 parsecs", "-1MB"])
+def test_bad_sizes_name_the_flag(text):
+    from multiworker.errors import UserError
+    from multiworker.serve.limits import parse_size
+
+    with pytest.raises(UserError, match="--max-request-size"):
+        parse_size(text)

@@ -1,13 +1,14 @@
-"""Serve an exported SavedModel over TF Serving's REST API and Vertex AI's prediction shape.
+"""Serve an exported SavedModel over TF Serving's REST and gRPC APIs and Vertex AI's prediction shape.
 
 ``serve(target, ...)`` runs the server in the foreground; ``create_app(servable, name=...)`` is
 the ASGI app (Starlette) for embedding or testing; ``load(path)`` loads a SavedModel version.
-Starlette, uvicorn and TensorFlow are imported only when used (extra ``serve``).
+Starlette, uvicorn, grpcio and TensorFlow are imported only when used (extra ``serve``).
 """
 
 from __future__ import annotations
 
 from multiworker.serve.batching import BatchOptions
+from multiworker.serve.limits import Limits
 from multiworker.serve.signatures import (
     BadRequest,
     NotFound,
@@ -18,7 +19,7 @@ from multiworker.serve.signatures import (
 )
 
 __all__ = [
-    "BatchOptions", "ServeError", "BadRequest", "NotFound", "Unavailable", "SignatureInfo", "TensorInfo",
+    "BatchOptions", "Limits", "ServeError", "BadRequest", "NotFound", "Unavailable", "SignatureInfo", "TensorInfo",
     "create_app", "load", "locate", "serve",
 ]
 

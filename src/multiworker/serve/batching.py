@@ -1,28 +1,31 @@
 """Server-side batching of concurrent requests, as TF Serving's batching options do it.
 
-Requests wait in a bounded queue (full -> 503). A batch starts with the oldest request and takes
-more while its rows stay within ``max_batch_size`` and ``timeout`` has not passed since it started.
-A request with nothing else queued runs at once: waiting out the timeout for company that is not
-coming only added latency (at one client, p50 9 ms instead of 3 ms; see BENCHMARKS.md). Under
-concurrent load requests pile up while the model runs, so batches still form;
-requests for the same signature with the same per-row shapes are concatenated into one model call
-and the outputs split back. If a merged call fails, each request is retried alone, so one bad
-request cannot fail its neighbours. Without batching, calls run concurrently, still bounded.
+Requests wait in a bounded queue (full -> 503). A model call takes at most ``max_batch_size`` rows:
+it starts with the oldest request and adds queued requests for the same signature and per-row
+shapes while ``timeout`` has not passed since it started. A request with more rows than fit is
+split: the rest goes to the back of the queue, so a 10,000-row request shares the model with the
+requests that arrive meanwhile instead of holding it for 300 calls. A request with nothing else
+queued runs at once: waiting out the timeout for company that is not coming only added latency
+(at one client, p50 9 ms instead of 3 ms). Inputs are concatenated into one
+model call and the outputs split back. If a merged call fails, each part is retried alone, so one
+bad request cannot fail its neighbours. Without batching, calls run concurrently, still bounded
+and still split into calls of at most ``max_batch_size`` rows.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from multiworker.serve.codec import leading_rows
 from multiworker.serve.metrics import Metrics
-from multiworker.serve.signatures import Unavailable
+from multiworker.serve.signatures import BadRequest, Unavailable
 
 __all__ = ["Batcher", "BatchOptions"]
 
@@ -40,15 +43,34 @@ class BatchOptions:
     threads: int = 4  # model calls at once when batching is off
 
 
-@dataclass
+@dataclass(eq=False)
 class _Item:
     signature: str
     inputs: dict[str, np.ndarray]
-    rows: int | None
+    rows: int | None  # None: inputs without a shared 0-th dimension; run alone, unsplit
     future: asyncio.Future
+    sent: int = 0  # rows handed to model calls so far
+    parts: list = field(default_factory=list)  # outputs of those calls, in order
+    key: tuple = ()
 
-    def key(self) -> tuple:
-        return (self.signature, tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(self.inputs.items())))
+    def __post_init__(self) -> None:
+        self.key = (self.signature, tuple((k, v.shape[1:], v.dtype.str) for k, v in sorted(self.inputs.items())))
+
+    def slice(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        if self.rows is None or (start == 0 and stop == self.rows):
+            return self.inputs
+        return {k: v[start:stop] for k, v in self.inputs.items()}
+
+
+@dataclass
+class _Part:
+    item: _Item
+    start: int
+    stop: int
+
+    @property
+    def rows(self) -> int:
+        return self.stop - self.start
 
 
 class Batcher:
@@ -56,117 +78,170 @@ class Batcher:
 
     def __init__(self, run: Run, options: BatchOptions, metrics: Metrics | None = None):
         self._run, self.options, self.metrics = run, options, metrics
-        self._queue: asyncio.Queue[_Item] | None = None
+        self._queue: deque[_Item] = deque()
+        self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
-        self._carry: _Item | None = None
         self._inflight = 0
         self._pool = ThreadPoolExecutor(max_workers=1 if options.enabled else options.threads,
                                         thread_name_prefix="serve-model")
 
     def depth(self) -> int:
-        if self._queue is None:
-            return self._inflight
-        return self._queue.qsize() + (self._carry is not None)
+        return len(self._queue) if self._task is not None else self._inflight
 
     async def start(self) -> None:
         if self.options.enabled:
-            self._queue = asyncio.Queue(maxsize=self.options.max_queue)
+            self._wake = asyncio.Event()
             self._task = asyncio.create_task(self._loop(), name="batcher")
 
     async def stop(self) -> None:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
-        pending = ([self._carry] if self._carry else []) + _drain(self._queue)
-        for item in pending:
+        for item in self._queue:
             if not item.future.done():
                 item.future.set_exception(Unavailable("the server is shutting down"))
+        self._queue.clear()
         self._pool.shutdown(wait=True)
 
     async def submit(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         loop = asyncio.get_running_loop()
-        if self._queue is None:
-            if self._inflight >= self.options.max_queue:
-                raise Unavailable(f"too many requests in flight ({self._inflight}); retry later")
-            self._inflight += 1
-            try:
-                result = await loop.run_in_executor(self._pool, self._run, signature, inputs)
-            finally:
-                self._inflight -= 1
-            self._observe(1, leading_rows(inputs) or 1)
-            return result
+        if self._task is None:
+            return await self._unbatched(signature, inputs)
+        if len(self._queue) >= self.options.max_queue:
+            raise Unavailable(f"the request queue is full ({self.options.max_queue} requests waiting); retry later")
         item = _Item(signature, inputs, leading_rows(inputs), loop.create_future())
-        try:
-            self._queue.put_nowait(item)
-        except asyncio.QueueFull:
-            raise Unavailable(f"the request queue is full ({self.options.max_queue} requests waiting); "
-                              "retry later") from None
+        self._queue.append(item)
+        assert self._wake is not None
+        self._wake.set()
         return await item.future
+
+    async def _unbatched(self, signature: str, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self._inflight >= self.options.max_queue:
+            raise Unavailable(f"too many requests in flight ({self._inflight}); retry later")
+        loop = asyncio.get_running_loop()
+        rows, size = leading_rows(inputs), self.options.max_batch_size
+        item = _Item(signature, inputs, rows, loop.create_future())
+        self._inflight += 1
+        try:
+            for start in range(0, rows or 1, size):
+                stop = min(start + size, rows) if rows else 0
+                item.parts.append(await loop.run_in_executor(self._pool, self._run, signature, item.slice(start, stop)))
+                self._observe(1, (stop - start) or 1)
+        finally:
+            self._inflight -= 1
+        try:
+            return _join(item.parts)
+        except ValueError:
+            raise BadRequest(f"the model's outputs are not batched along the 0-th dimension, so a request of "
+                             f"{rows} rows cannot run as calls of at most {size} (--max-batch-size)") from None
 
     def _observe(self, requests: int, rows: int) -> None:
         if self.metrics:
             self.metrics.batch(requests, rows)
 
-    async def _next(self) -> _Item:
-        if self._carry is not None:
-            item, self._carry = self._carry, None
-            return item
-        return await self._queue.get()
+    async def _wait(self, timeout: float | None = None) -> bool:
+        """Wait for a new request (at most ``timeout`` s); whether one came."""
+        assert self._wake is not None
+        self._wake.clear()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._wake.wait()
+        except TimeoutError:
+            return False
+        return True
 
-    async def _collect(self) -> list[_Item]:
+    def _take(self, item: _Item, room: int) -> _Part:
+        """Up to ``room`` of the item's remaining rows; what is left goes to the back of the queue."""
+        if item.rows is None:
+            return _Part(item, 0, 0)
+        start = item.sent
+        item.sent = min(item.rows, start + room)
+        if item.sent < item.rows:
+            self._queue.append(item)
+        return _Part(item, start, item.sent)
+
+    def _pop_live(self) -> _Item | None:
+        while self._queue:
+            item = self._queue.popleft()
+            if not item.future.done():  # a client that went away, or a request already failed, is dropped
+                return item
+        return None
+
+    async def _collect(self) -> list[_Part]:
         loop = asyncio.get_running_loop()
-        first = await self._next()
-        batch, rows = [first], first.rows
-        deadline = loop.time() + self.options.timeout
-        while rows is not None and rows < self.options.max_batch_size:
-            try:
-                item = self._queue.get_nowait()
-            except asyncio.QueueEmpty:
+        first = self._pop_live()
+        while first is None:
+            await self._wait()
+            first = self._pop_live()
+        limit = self.options.max_batch_size
+        batch = [self._take(first, limit)]
+        if first.rows is None:
+            return batch
+        rows, deadline = batch[0].rows, loop.time() + self.options.timeout
+        while rows < limit:
+            item = next((i for i in self._queue if i.rows is not None and i.key == first.key
+                         and i is not first and not i.future.done()), None)
+            if item is None:
                 remaining = deadline - loop.time()
-                if remaining <= 0 or len(batch) == 1:  # a lone request does not wait for company
+                if len(batch) == 1 or remaining <= 0:  # a lone request does not wait for company
                     break
-                try:
-                    item = await asyncio.wait_for(self._queue.get(), remaining)
-                except TimeoutError:
+                if not await self._wait(remaining):
                     break
-            if item.rows is None or rows + item.rows > self.options.max_batch_size:
-                self._carry = item  # starts the next batch
-                break
-            batch.append(item)
-            rows += item.rows
+                continue
+            self._queue.remove(item)
+            part = self._take(item, limit - rows)
+            batch.append(part)
+            rows += part.rows
         return batch
 
     async def _loop(self) -> None:
         while True:
-            batch = await self._collect()
-            groups: dict[tuple, list[_Item]] = {}
-            for item in batch:
-                groups.setdefault(item.key() if item.rows else id(item), []).append(item)
-            for items in groups.values():
-                await self._call(items)
+            parts = await self._collect()
+            try:
+                await self._call(parts)
+            except Exception as exc:  # noqa: BLE001 - the batcher must outlive any one batch
+                log.exception("a batch failed")
+                for part in parts:
+                    if not part.item.future.done():
+                        part.item.future.set_exception(exc)
 
-    async def _call(self, items: list[_Item]) -> None:
+    async def _call(self, parts: list[_Part]) -> None:
         loop = asyncio.get_running_loop()
-        live = [i for i in items if not i.future.done()]  # a client that went away is skipped
+        live = [p for p in parts if not p.item.future.done()]
         if not live:
             return
-        merged = live[0].inputs if len(live) == 1 else {
-            k: np.concatenate([i.inputs[k] for i in live]) for k in live[0].inputs}
+        first = live[0].item
+        merged = first.slice(live[0].start, live[0].stop) if len(live) == 1 else {
+            k: np.concatenate([p.item.inputs[k][p.start:p.stop] for p in live]) for k in first.inputs}
         try:
-            outputs = await loop.run_in_executor(self._pool, self._run, live[0].signature, merged)
-            parts = _split(outputs, [i.rows for i in live]) if len(live) > 1 else [outputs]
+            outputs = await loop.run_in_executor(self._pool, self._run, first.signature, merged)
+            pieces = _split(outputs, [p.rows for p in live]) if len(live) > 1 else [outputs]
         except Exception as exc:  # noqa: BLE001 - delivered to the request(s) that caused it
             if len(live) > 1:
-                for item in live:
-                    await self._call([item])
+                for part in live:
+                    await self._call([part])
                 return
-            if not live[0].future.done():
-                live[0].future.set_exception(exc)
+            if not first.future.done():
+                first.future.set_exception(exc)
             return
-        self._observe(len(live), sum(i.rows or 1 for i in live))
-        for item, part in zip(live, parts):
-            if not item.future.done():
-                item.future.set_result(part)
+        self._observe(len(live), sum(p.rows or 1 for p in live))
+        for part, piece in zip(live, pieces):
+            item = part.item
+            item.parts.append(piece)
+            if (item.rows is None or part.stop == item.rows) and not item.future.done():
+                try:
+                    item.future.set_result(_join(item.parts))
+                except ValueError:
+                    item.future.set_exception(BadRequest(
+                        f"the model's outputs are not batched along the 0-th dimension, so a request of {item.rows} "
+                        f"rows cannot run as calls of at most {self.options.max_batch_size} (--max-batch-size)"))
+                item.parts = []
+
+
+def _join(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    if len(parts) == 1:
+        return parts[0]
+    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
 
 
 def _split(outputs: dict[str, np.ndarray], rows: list[int]) -> list[dict[str, np.ndarray]]:
@@ -176,10 +251,3 @@ def _split(outputs: dict[str, np.ndarray], rows: list[int]) -> list[dict[str, np
     cuts = np.cumsum(rows)[:-1]
     pieces = {k: np.split(v, cuts) for k, v in outputs.items()}
     return [{k: pieces[k][n] for k in outputs} for n in range(len(rows))]
-
-
-def _drain(queue: asyncio.Queue | None) -> list[_Item]:
-    items = []
-    while queue is not None and not queue.empty():
-        items.append(queue.get_nowait())
-    return items

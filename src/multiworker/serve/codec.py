@@ -21,7 +21,8 @@ from multiworker.serve.signatures import (
     numpy_dtype,
 )
 
-__all__ = ["parse_predict", "format_predict", "to_array", "to_json", "leading_rows", "is_b64", "decode_b64"]
+__all__ = ["parse_predict", "format_predict", "to_array", "check_shape", "to_json", "leading_rows", "is_b64",
+           "decode_b64"]
 
 
 def is_b64(value: Any) -> bool:
@@ -56,10 +57,33 @@ def to_array(name: str, value: Any, info: TensorInfo) -> np.ndarray:
         else:
             array = np.asarray(value)
             if array.dtype.kind in "OUS":
-                raise BadRequest(f"input '{name}': expected numbers ({info.dtype}), got text or objects")
+                raise BadRequest(f"input '{name}': expected numbers ({info.dtype}), got text, objects, "
+                                 "lists of unequal length or integers beyond 64 bits")
+            _check_integers(name, array, np.dtype(dtype), info.dtype)
             array = array.astype(dtype, copy=False)
+    except RecursionError:
+        raise BadRequest(f"input '{name}': nests lists too deeply") from None
     except (ValueError, TypeError, OverflowError) as exc:
         raise BadRequest(f"input '{name}': cannot make a {info.dtype} tensor: {exc}") from None
+    return check_shape(name, array, info)
+
+
+def _check_integers(name: str, array: np.ndarray, dtype: np.dtype, dtype_name: str) -> None:
+    """BadRequest unless every value fits ``dtype`` exactly (a cast would wrap, truncate or saturate)."""
+    if dtype.kind not in "iu" or array.dtype.kind == "b" or not array.size:
+        return
+    if array.dtype.kind == "f":
+        if not np.isfinite(array).all() or not (array == np.trunc(array)).all():
+            raise BadRequest(f"input '{name}': {dtype_name} takes whole numbers; got a fraction, NaN or Infinity")
+    limits = np.iinfo(dtype)
+    low, high = array.min().item(), array.max().item()  # Python numbers compare exactly
+    if low < limits.min or high > limits.max:
+        raise BadRequest(f"input '{name}': {high if high > limits.max else low} is outside {dtype_name}'s range "
+                         f"[{limits.min}, {limits.max}]")
+
+
+def check_shape(name: str, array: np.ndarray, info: TensorInfo) -> np.ndarray:
+    """``array`` if its shape fits the signature's (a missing trailing axis of size 1 is added)."""
     shape = info.shape
     if shape is None:
         return array

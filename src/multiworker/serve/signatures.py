@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 __all__ = [
-    "ServeError", "BadRequest", "NotFound", "Unavailable",
+    "ServeError", "BadRequest", "NotFound", "TooLarge", "TimedOut", "Unavailable",
     "TensorInfo", "SignatureInfo", "Servable",
     "PREDICT", "CLASSIFY", "REGRESS", "DEFAULT_SIGNATURE",
     "numpy_dtype", "status_doc", "metadata_doc",
@@ -44,6 +44,16 @@ class BadRequest(ServeError):
 class NotFound(ServeError):
     http_status = 404
     grpc_status = "NOT_FOUND"
+
+
+class TooLarge(ServeError):
+    http_status = 413
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
+class TimedOut(ServeError):
+    http_status = 408
+    grpc_status = "DEADLINE_EXCEEDED"
 
 
 class Unavailable(ServeError):
