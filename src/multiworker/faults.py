@@ -8,7 +8,7 @@ replica that reports nothing (often only the chief or worker 0 does) follows the
 the others report it. ``ROLE-*`` targets every replica of the role at once (a zone going away).
 
 ACTION is a signal (``KILL``, the default, ``TERM``, ``INT``, ``SEGV``...), ``STOP`` (the replica
-freezes: a hang, which hang detection then finds), ``CONT`` (resume a stopped replica), or
+freezes: a hang, which hang detection then finds), ``CONT`` (resume a stopped replica; never before a ``STOP`` of the same replica fires), or
 ``PREEMPT=<notice>`` (as a spot VM is reclaimed: SIGTERM, the notice, then SIGKILL).
 """
 
@@ -189,7 +189,16 @@ class Injector:
         return elapsed >= inj.after
 
     def due(self, elapsed: float) -> list[Injection]:
-        """The injections due now, ``elapsed`` seconds after the first attempt started (each only once)."""
-        now = [inj for inj in self.pending if self._reached(inj, elapsed)]
+        """The injections due now, ``elapsed`` seconds after the first attempt started (each only once).
+        A CONT never fires before a STOP of the same replica still waiting to fire."""
+        now = []
+        for inj in self.pending:
+            if not self._reached(inj, elapsed):
+                continue
+            stop_waits = any(o.replica == inj.replica and o.signal == signal.SIGSTOP and o not in now
+                             for o in self.pending)
+            if inj.signal == signal.SIGCONT and stop_waits:
+                continue
+            now.append(inj)
         self.pending = [inj for inj in self.pending if inj not in now]
         return now

@@ -5,8 +5,10 @@ replica waiting in a collective for a stuck peer prints nothing, while one that 
 or saves usually does. Reports of training steps (metric lines, Keras's progress bar) also tell the
 derived timeout how long this job's quiet stretches are.
 
-- ``run_policy.hang_timeout`` set: the job is hung once every replica has been quiet that long,
-  counted from the attempt's start too (a group stuck before its first step is hung as well).
+- ``run_policy.hang_timeout`` set: the job is hung once every replica has been quiet that long
+  while training; before the first step report (TensorFlow's import, connecting the cluster, loading
+  data) the allowance is at least :data:`DERIVED_FLOOR`, so a group stuck before its first step is
+  found too, and a slow start on a busy machine is not taken for a hang.
 - not set: derived from the job's own pace once training has reported its first step:
   :data:`DERIVED_FACTOR` times the longest quiet stretch seen since, at least :data:`DERIVED_FLOOR`.
   Before the first step report nothing counts as a hang (startup may download data for an hour).
@@ -52,7 +54,9 @@ class HangWatch:
     def timeout(self) -> float | None:
         """The timeout in force now: None while none applies (off, or derived before training began)."""
         if self.configured is not None:
-            return self.configured or None
+            if not self.configured:
+                return None
+            return self.configured if self._training else max(self.configured, DERIVED_FLOOR)
         if not self._training:
             return None
         return max(DERIVED_FLOOR, DERIVED_FACTOR * self._longest_gap)

@@ -21,7 +21,7 @@ from pathlib import Path
 __all__ = ["Dump", "dump", "py_spy", "process_state", "pick_laggard", "main_thread", "render"]
 
 _THREAD = re.compile(r'^Thread (\w+) \(([^)]*)\)(?:: "(.*)")?')
-_FRAME = re.compile(r"^\s+(\S.*?) \((.*?):?(\d+)?\)\s*$")
+_FRAME = re.compile(r"^\s+(\S.*?) \((.*)\)\s*$")
 # Frames of a replica waiting for its peers: inside TensorFlow's runtime (an op, a collective).
 _WAITING_IN = ("tensorflow/", "tf_keras/", "keras/src/", "jax/", "torch/")
 _STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible I/O", "T": "stopped", "t": "stopped (traced)",
@@ -95,7 +95,7 @@ def _first_error(text: str) -> str:
 
 
 def main_thread(text: str) -> list[tuple[str, str]]:
-    """The frames (function, file) of the main thread in a py-spy dump, innermost first."""
+    """The frames (function, file:line) of the main thread in a py-spy dump, innermost first."""
     threads: list[tuple[str, list[tuple[str, str]]]] = []
     for line in text.splitlines():
         if m := _THREAD.match(line):

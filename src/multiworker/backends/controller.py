@@ -179,6 +179,8 @@ class GroupController:
             placement = placements[rid]
             env = replica_env(self.spec, rid, addresses, job_id=self.job_id, attempt=self.attempt,
                               output_dir=str(self.output_dir))
+            if self.spec.run_policy.hang_timeout:  # multiworker.trainer keeps TF's heartbeat past it
+                env["MULTIWORKER_HANG_TIMEOUT"] = f"{self.spec.run_policy.hang_timeout:g}"
             cmd, cwd = self._command(rid)
             rep = self.replicas[rid] = _Replica(rid, placement, self.layout.replica_log(self.attempt, rid.name))
             rep.pid = self.group.start(rid, cmd, cwd, env, rep.log_path)
@@ -257,9 +259,7 @@ class GroupController:
                     replica=dump.laggard[0] if dump.laggard else None, warning=True)
         self._interrupted[self.attempt] = ("a hang", time.time(), self.steps.reached.get(self.attempt))
         if dump.laggard:
-            rid = ReplicaId.parse(dump.laggard[0])
-            self.replicas[rid].stopped_by_us = True
-            self.group.signal(rid, signal.SIGKILL)
+            self._kill_first(ReplicaId.parse(dump.laggard[0]))
         self._stop_all()
         self._drain_logs()
         decision = decide_hang(self.spec, self.restarts)
@@ -359,6 +359,21 @@ class GroupController:
                 self._dump_on_request(request)
 
     # -- preemption, resumption, stacks on request ------------------------------------------------
+    def _kill_first(self, rid: ReplicaId, wait: float = 5.0) -> None:
+        """SIGKILL one replica and record its exit (within ``wait`` seconds) before the rest are stopped."""
+        rep = self.replicas[rid]
+        rep.stopped_by_us = True
+        if not self.group.signal(rid, signal.SIGKILL):
+            return
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            code = self._newly_exited().get(rid)
+            if code is not None:
+                rep.returncode = code
+                self._record_exit(rep)
+                return
+            time.sleep(self.poll_interval)
+
     def _preempted(self, inj: Injection, rep: _Replica) -> None:
         """SIGTERM sent (by ``_tick``): the SIGKILL follows when the notice is over."""
         assert inj.notice is not None

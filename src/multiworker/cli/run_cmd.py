@@ -81,7 +81,7 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     from multiworker.jobs import create_job
     from multiworker.monitor.console import ConsoleObserver
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, emoji=False)
     check_injections(loaded.spec, [parse_injection(t) for t in inject_failures])  # before the store is touched
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")

@@ -29,7 +29,7 @@ class ConsoleObserver(Observer):
     def __init__(self, *, quiet: bool = False, verbose: bool = False, console: Console | None = None):
         self.quiet = quiet
         self.verbose = verbose
-        self.console = console or Console(stderr=False, highlight=False, soft_wrap=True)
+        self.console = console or Console(stderr=False, highlight=False, soft_wrap=True, emoji=False)
 
     def _prefix(self, replica: str) -> str:
         color = _COLORS.get(replica.rsplit("-", 1)[0], "white")
