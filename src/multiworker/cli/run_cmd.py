@@ -37,8 +37,9 @@ def run(
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
     inject_failure: list[str] = typer.Option(
-        [], "--inject-failure", help="Kill a replica once: ROLE-INDEX@WHEN[:SIGNAL], WHEN a duration (15s), epoch:N or step:N; "
-                                "e.g. worker-1@epoch:2:KILL."
+        [], "--inject-failure", help="Kill, stop or preempt a replica once: ROLE-INDEX@WHEN[:ACTION], WHEN a duration (15s), "
+                                "epoch:N or step:N; ACTION KILL (default), TERM, STOP, CONT or PREEMPT=30s (SIGTERM, "
+                                "the notice, SIGKILL); ROLE-* for every replica of a role. e.g. worker-1@step:200:STOP."
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),

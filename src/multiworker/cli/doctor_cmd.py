@@ -1,0 +1,43 @@
+"""``multiworker doctor job.yaml``: cloud-parity mistakes in the spec and the trainer's source."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+__all__ = ["register", "doctor"]
+
+
+def doctor(
+    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform, TFJob or JobSet."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset."),
+    source: Optional[Path] = typer.Option(None, "--source", help="The trainer's directory or file, when the spec "
+                                          "does not say (code inside a container image)."),
+) -> None:
+    """Find what fails only on the cloud, before a cluster or a bill is involved: TF_CONFIG read as master
+    vs chief, the evaluator in the cluster map, Keras 3 under MultiWorkerMirroredStrategy, workers saving
+    over the chief's files, gs:// without the GCS filesystem package, an expired Vertex image, env
+    overriding the platform's variables, file sharding with too few files, an unscaled global batch.
+    The trainer's source is parsed, never imported or run.
+
+    Exit codes: 0 nothing found, 1 findings, 2 bad input.
+    """
+    from multiworker.doctor import diagnose
+    from multiworker.doctor._run import check_spec_file
+
+    check_spec_file(spec_file)
+    findings, notes = diagnose(spec_file, fmt=fmt, source=source)
+    for note in notes:
+        typer.echo(f"note: {note}")
+    for finding in findings:
+        typer.echo(str(finding))
+    if findings:
+        typer.echo(f"{len(findings)} finding(s)")
+        raise typer.Exit(1)
+    typer.echo("no findings")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(doctor)
