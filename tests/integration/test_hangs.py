@@ -55,11 +55,11 @@ def test_a_stopped_group_is_hung_dumped_and_restarted(mw_home, tmp_path):
 
 
 def test_mnist_worker_stopped_in_the_collective_is_the_laggard(mw_home):
-    """worker-1 frozen at step 40 of the MNIST example: while it runs `stacks` shows both replicas
+    """worker-1 frozen once epoch 1 (40 steps) is done, inside epoch 2 on any machine: while it runs `stacks` shows both replicas
     live; then `Hung` names worker-1, both stacks are saved (the frozen one and worker-0 waiting for
     it inside TensorFlow), the group restarts and the job succeeds."""
     launcher = mw_popen("run", MNIST, "-q", "--set", "run_policy.hang_timeout=20s", "--set", "run_policy.backoff=1s",
-                        "--inject-failure", "worker-1@step:40:STOP", "--", "--epochs", "1", "--steps-per-epoch", "120",
+                        "--inject-failure", "worker-1@epoch:1:STOP", "--", "--epochs", "2", "--steps-per-epoch", "40",
                         home=mw_home)
     try:
         job_id = wait_for(lambda: (jobs := Store(mw_home).list_jobs()) and jobs[0].id, timeout=60)
