@@ -44,7 +44,7 @@ def test_a_stopped_group_is_hung_dumped_and_restarted(mw_home, tmp_path):
     doc = status(mw_home)
     assert doc["state"] == "Succeeded" and doc["restarts"] == 1
     (hung,) = _events(mw_home, doc["id"], "Hung")
-    quiet = float(re.search(r"advanced for (\d+)s", hung["message"]).group(1))
+    quiet = float(re.search(r"advanced for ([\d.]+)s", hung["message"]).group(1))
     assert quiet >= 3 and "stacks of 2/2 replicas" in hung["message"], hung["message"]
     shown = mw("stacks", doc["id"], home=mw_home)
     assert shown.returncode == 0, shown.stderr

@@ -5,8 +5,8 @@ on both nodes with real TensorFlow. Needs root and `ip`; skips with the reason o
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import subprocess
 import sys

@@ -247,7 +247,7 @@ class GroupController:
         chief can back up the step it reached) and decide as after a failure."""
         limit = self.hangs.timeout or 0.0
         source = "run_policy.hang_timeout" if self.spec.run_policy.hang_timeout else "derived from the job's pace"
-        why = f"no replica advanced for {quiet:.0f}s (hang timeout {limit:g}s, {source})"
+        why = f"no replica advanced for {quiet:.1f}s (hang timeout {limit:g}s, {source})"
         running = [rid for rid, rep in self.replicas.items() if rep.returncode is None]
         dump = stack_dumps.take(self.group, running, self.layout, self.attempt, time.strftime("%Y%m%d-%H%M%S-hung"),
                                 why, {rid.name: self.steps.step_of(rid.name) for rid in running})
