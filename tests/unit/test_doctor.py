@@ -65,3 +65,17 @@ def test_exit_codes(args, code):
     assert "Traceback" not in proc.stderr
     if code == 2:
         assert proc.stderr.startswith("error: ") and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_pasted_gcloud_line_is_diagnosed(monkeypatch):
+    """The gcloud line's package (local-package-path=.) is the trainer's source."""
+    from multiworker.doctor import diagnose_gcloud
+
+    monkeypatch.chdir(FIXTURES / "keras3")
+    image = "us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest"
+    findings, _ = diagnose_gcloud([
+        "ai", "custom-jobs", "create", "--region", "us-central1", "--display-name", "k3",
+        f"--worker-pool-spec=machine-type=n1-standard-4,replica-count=1,executor-image-uri={image},"
+        "local-package-path=.,python-module=trainer.task",
+        "--worker-pool-spec=machine-type=n1-standard-4,replica-count=1"])
+    assert [(f.code, Path(f.file).name, f.line) for f in findings] == [("keras3-mwms", "task.py", 1)]

@@ -11,7 +11,9 @@ __all__ = ["register", "doctor"]
 
 
 def doctor(
-    spec_file: Path = typer.Argument(..., help="Job spec: native YAML, Vertex CustomJob, AI Platform, TFJob or JobSet."),
+    spec: list[str] = typer.Argument(..., metavar="SPEC_FILE | gcloud COMMAND...",
+                                     help="Job spec (native YAML, Vertex CustomJob, AI Platform, TFJob or JobSet), "
+                                     "or a pasted gcloud training command starting with `gcloud`."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force the spec format: native|vertex|aiplatform|tfjob|jobset."),
     source: Optional[Path] = typer.Option(None, "--source", help="The trainer's directory or file, when the spec "
                                           "does not say (code inside a container image)."),
@@ -20,15 +22,20 @@ def doctor(
     vs chief, the evaluator in the cluster map, Keras 3 under MultiWorkerMirroredStrategy, workers saving
     over the chief's files, gs:// without the GCS filesystem package, an expired Vertex image, env
     overriding the platform's variables, file sharding with too few files, an unscaled global batch.
-    The trainer's source is parsed, never imported or run.
+    The trainer's source is parsed, never imported or run. Options go before the spec (or the gcloud line).
 
     Exit codes: 0 nothing found, 1 findings, 2 bad input.
     """
     from multiworker.doctor import diagnose
-    from multiworker.doctor._run import check_spec_file
+    from multiworker.doctor._run import check_spec_file, diagnose_gcloud
 
-    check_spec_file(spec_file)
-    findings, notes = diagnose(spec_file, fmt=fmt, source=source)
+    if spec[0] == "gcloud":
+        findings, notes = diagnose_gcloud(spec[1:], source=source)
+    else:
+        if len(spec) > 1:
+            raise typer.BadParameter(f"one spec file, got {len(spec)} arguments; a gcloud line starts with `gcloud`")
+        check_spec_file(Path(spec[0]))
+        findings, notes = diagnose(Path(spec[0]), fmt=fmt, source=source)
     for note in notes:
         typer.echo(f"note: {note}")
     for finding in findings:
@@ -40,4 +47,5 @@ def doctor(
 
 
 def register(app: typer.Typer) -> None:
-    app.command()(doctor)
+    # a gcloud line's own flags (--worker-pool-spec...) are the line's, not doctor's
+    app.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})(doctor)

@@ -7,6 +7,6 @@ Each :class:`Finding` names the file, the line and the fix. :func:`diagnose` ret
 from __future__ import annotations
 
 from multiworker.doctor._findings import Finding, TrainerSource
-from multiworker.doctor._run import diagnose
+from multiworker.doctor._run import diagnose, diagnose_gcloud
 
-__all__ = ["Finding", "TrainerSource", "diagnose"]
+__all__ = ["Finding", "TrainerSource", "diagnose", "diagnose_gcloud"]

@@ -18,7 +18,7 @@ from multiworker.spec.formats import LoadOptions, load_job
 from multiworker.spec.load import LoadedSpec
 from multiworker.spec.model import JobSpec
 
-__all__ = ["diagnose", "trainer_source"]
+__all__ = ["diagnose", "diagnose_gcloud", "diagnose_loaded", "trainer_source"]
 
 #: variables the platforms (Vertex AI, TFJob, JobSet, multiworker) set in every replica
 PLATFORM_VARS = ("TF_CONFIG", "CLUSTER_SPEC", "MULTIWORKER_JOB_ID", "MULTIWORKER_ATTEMPT", "MULTIWORKER_REPLICA")
@@ -32,6 +32,22 @@ def diagnose(spec_file: Path, *, fmt: str | None = None, source: Path | None = N
     """(findings, notes) for the job in ``spec_file``; ``source``: the trainer's directory or file when
     the spec does not say where it is (a container image's code)."""
     loaded = load_job(spec_file, LoadOptions(format=fmt, check=False))
+    return diagnose_loaded(loaded, spec_file, _read(spec_file), source=source, today=today)
+
+
+def diagnose_gcloud(line: list[str], *, source: Path | None = None,
+                    today: datetime.date | None = None) -> tuple[list[Finding], list[str]]:
+    """The same for a pasted gcloud training command (its --config file, if any, read too)."""
+    from multiworker.spec.formats.gcloud import load_command
+
+    loaded, job = load_command(line, cwd=Path.cwd(), check=False)
+    where = job.config or Path("<gcloud line>")
+    text = (_read(job.config) if job.config else "") + "\n" + " ".join(line)
+    return diagnose_loaded(loaded, where, text, source=source, today=today)
+
+
+def diagnose_loaded(loaded: LoadedSpec, spec_file: Path, spec_text: str, *, source: Path | None = None,
+                    today: datetime.date | None = None) -> tuple[list[Finding], list[str]]:
     spec = loaded.spec
     notes: list[str] = []
     src = trainer_source(loaded, source, notes)
@@ -39,7 +55,6 @@ def diagnose(spec_file: Path, *, fmt: str | None = None, source: Path | None = N
     workers = counts.get("chief", 0) + counts.get("worker", 0)
     env_keys = {k for pool in counts for k in (spec.resolved(pool).env or {})}
     legacy = any((spec.resolved(pool).env or {}).get("TF_USE_LEGACY_KERAS") in ("1", "true", "True") for pool in counts)
-    spec_text = _read(spec_file)
     findings: list[Finding] = []
     if src is not None:
         findings += check_source(src, workers=workers, chief_type=spec.chief_task_type, legacy_keras_env=legacy)
