@@ -22,7 +22,7 @@ def doctor(
     vs chief, the evaluator in the cluster map, Keras 3 under MultiWorkerMirroredStrategy, workers saving
     over the chief's files, gs:// without the GCS filesystem package, an expired Vertex image, env
     overriding the platform's variables, file sharding with too few files, an unscaled global batch.
-    The trainer's source is parsed, never imported or run. Options go before the spec (or the gcloud line).
+    The trainer's source is parsed, never imported or run. With a gcloud line, options go before `gcloud`.
 
     Exit codes: 0 nothing found, 1 findings, 2 bad input.
     """
@@ -32,8 +32,7 @@ def doctor(
     if spec[0] == "gcloud":
         findings, notes = diagnose_gcloud(spec[1:], source=source)
     else:
-        if len(spec) > 1:
-            raise typer.BadParameter(f"one spec file, got {len(spec)} arguments; a gcloud line starts with `gcloud`")
+        spec, fmt, source = _options_after(spec, fmt, source)
         check_spec_file(Path(spec[0]))
         findings, notes = diagnose(Path(spec[0]), fmt=fmt, source=source)
     for note in notes:
@@ -44,6 +43,22 @@ def doctor(
         typer.echo(f"{len(findings)} finding(s)")
         raise typer.Exit(1)
     typer.echo("no findings")
+
+
+def _options_after(words: list[str], fmt: str | None, source: Path | None) -> tuple[list[str], str | None, Path | None]:
+    """--format / --source given after the spec file (the command stops parsing options at its first argument)."""
+    rest = list(words[1:])
+    while rest:
+        flag, _, value = rest.pop(0).partition("=")
+        if flag not in ("--format", "--source") or not (value or rest):
+            raise typer.BadParameter(f"{flag!r}: doctor takes one spec file (a gcloud line starts with `gcloud`), "
+                                     "then --format or --source")
+        value = value or rest.pop(0)
+        if flag == "--format":
+            fmt = value
+        else:
+            source = Path(value)
+    return words[:1], fmt, source
 
 
 def register(app: typer.Typer) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import os
 from pathlib import Path
 
 __all__ = ["Finding", "TrainerSource", "SourceFile"]
@@ -18,7 +19,10 @@ class Finding:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}: [{self.code}] {self.message}\n    fix: {self.fix}"
+        shown = self.file
+        if os.path.isabs(shown) and not (rel := os.path.relpath(shown)).startswith(".."):
+            shown = rel  # under the current directory: shorter, and still a path to open
+        return f"{shown}:{self.line}: [{self.code}] {self.message}\n    fix: {self.fix}"
 
 
 @dataclasses.dataclass
