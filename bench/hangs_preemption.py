@@ -12,7 +12,8 @@ the step at the SIGTERM, the highest step reached in the preempted attempt, the 
 the steps lost (at the SIGTERM minus resumed) and redone (reached minus resumed).
 
 Usage: python bench/hangs_preemption.py [--rounds 1] [--hang-timeout 20] [--notices 10 30]
-                                        [--save-freq 50] [--only hang|preempt]
+                                        [--save-freq 50] [--only hang|preempt] [--mw-at epoch:1 step:30]
+                                        [--skip-tutorial]
 """
 
 from __future__ import annotations
@@ -66,19 +67,19 @@ def hang(timeout: float) -> dict:
             "laggard": hung["replica"], "wall_s": round(wall, 1)}
 
 
-def preempt(trainer: str, replica: str, notice: float, save_freq: int) -> dict:
-    inject = f"{replica}@epoch:1:PREEMPT={notice:g}s" if trainer == "multiworker.trainer" else \
-        f"{replica}@step:60:PREEMPT={notice:g}s"
-    if trainer == "multiworker.trainer":
+def preempt(trainer: str, replica: str, notice: float, save_freq: int, at: str) -> dict:
+    inject = f"{replica}@{at}:PREEMPT={notice:g}s"
+    if trainer == "multiworker.trainer":  # at epoch:1 (an epoch's end) or mid-epoch (step:30 of 200)
         store, job_id, wall = _run(MNIST, "--set", "run_policy.backoff=1s", "--inject-failure", inject, "--",
-                                   "--epochs", "2", "--steps-per-epoch", "60")
+                                   "--epochs", "2" if at.startswith("epoch") else "1", "--steps-per-epoch",
+                                   "60" if at.startswith("epoch") else "200")
     else:  # steps enough that the notice ends before training does (a step takes at least 0.05 s)
         steps = 60 + int(notice / 0.05) + 4 * save_freq
         backup = tempfile.mkdtemp(prefix="mw-bench-backup-")
         store, job_id, wall = _run(TUTORIAL, "--inject-failure", inject, "--", "--steps", str(steps), "--save-freq",
                                    str(save_freq), "--step-seconds", "0.05", "--backup-dir", f"{backup}/backup")
     _, at_signal, reached, resumed, lost = _RESUMED.search(_event(store, job_id, "Resumed")["message"]).groups()
-    return {"case": "preempt", "trainer": trainer, "replica": replica, "notice_s": notice,
+    return {"case": "preempt", "trainer": trainer, "replica": replica, "at": at, "notice_s": notice,
             "save_freq": save_freq if trainer != "multiworker.trainer" else None, "step_at_sigterm": int(at_signal),
             "reached": int(reached), "resumed_from": int(resumed), "steps_lost": int(lost),
             "redone": int(reached) - int(resumed), "wall_s": round(wall, 1)}
@@ -91,6 +92,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--notices", type=float, nargs="+", default=[10.0, 30.0])
     parser.add_argument("--save-freq", type=int, default=50)
     parser.add_argument("--only", choices=["hang", "preempt"])
+    parser.add_argument("--mw-at", nargs="+", default=["epoch:1", "step:30"],
+                        help="when multiworker.trainer replicas are preempted: epoch:1 (inside epoch 2 on any "
+                        "machine) and step:30 (mid-epoch here; a progress line comes every 2 s)")
+    parser.add_argument("--skip-tutorial", action="store_true")
     args = parser.parse_args(argv)
     for _ in range(args.rounds):
         cases = []
@@ -98,9 +103,12 @@ def main(argv: list[str]) -> int:
             cases.append(lambda: hang(args.hang_timeout))
         if args.only != "hang":
             for notice in args.notices:
-                cases += [lambda n=notice: preempt("multiworker.trainer", "worker-1", n, args.save_freq),
-                          lambda n=notice: preempt("multiworker.trainer", "worker-0", n, args.save_freq),
-                          lambda n=notice: preempt("tutorial BackupAndRestore", "worker-1", n, args.save_freq)]
+                for replica in ("worker-1", "worker-0"):
+                    cases += [lambda n=notice, r=replica, at=at: preempt("multiworker.trainer", r, n, args.save_freq, at)
+                              for at in args.mw_at]
+                if not args.skip_tutorial:
+                    cases.append(lambda n=notice: preempt("tutorial BackupAndRestore", "worker-1", n, args.save_freq,
+                                                          "step:60"))
         for case in cases:
             print(json.dumps({**case(), "load": round(os.getloadavg()[0], 2)}), flush=True)
     return 0
