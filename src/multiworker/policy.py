@@ -16,7 +16,7 @@ from multiworker.cluster import ReplicaId, primary_replica
 from multiworker.spec.model import JobSpec
 
 __all__ = [
-    "Decision", "decide", "decide_start_failure", "is_retryable", "normalize_exit_code", "exit_description", "backoff_delay", "exit_order",
+    "Decision", "decide", "decide_start_failure", "decide_hang", "is_retryable", "normalize_exit_code", "exit_description", "backoff_delay", "exit_order",
     "all_exited", "shutdown_plan",
 ]
 
@@ -91,6 +91,11 @@ def decide_start_failure(spec: JobSpec, restarts: int) -> Decision:
     if is_retryable(policy.restart_policy, 128) and restarts < policy.backoff_limit:
         return Decision.RESTART
     return Decision.FAIL
+
+
+def decide_hang(spec: JobSpec, restarts: int) -> Decision:
+    """After a hang (the group stopped by multiworker): retried as a signal kill would be."""
+    return decide_start_failure(spec, restarts)
 
 
 def backoff_delay(spec: JobSpec, restarts: int, cap: float = 60.0) -> float:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -150,3 +151,19 @@ def test_ctrl_c_leaves_no_replica_on_either_host(cluster, mw_home):
     assert proc.returncode == 130, out[-3000:]
     assert Store(mw_home).get_job(job.id).state == "Cancelled"
     assert no_processes_left(job.id, timeout=15)
+
+
+def test_stopped_worker_on_second_host_is_hung_and_dumped_there(cluster, mw_home):
+    """worker-1, on the second host, frozen inside epoch 2: its actor reads its stacks on that host,
+    `Hung` names it, the group restarts and the job succeeds."""
+    _run(cluster, mw_home, MNIST, "--set", "placement=strict_spread", "--set", "run_policy.hang_timeout=20s",
+         "--set", "run_policy.backoff=1s", "--inject-failure", "worker-1@epoch:1:STOP", "--", "--epochs", "2",
+         "--steps-per-epoch", "40")
+    doc = _status(mw_home)
+    assert doc["state"] == "Succeeded" and doc["restarts"] == 1
+    (hung,) = [e for e in Store(mw_home).events(doc["id"]) if e["reason"] == "Hung"]
+    assert hung["replica"] == "worker-1" and "stacks of 2/2 replicas" in hung["message"], hung["message"]
+    folder = Path(re.search(r"replicas in (\S+)", hung["message"]).group(1))
+    stopped, waiting = (folder / "worker-1.txt").read_text(), (folder / "worker-0.txt").read_text()
+    assert "stopped" in stopped.splitlines()[0] and '"MainThread"' in stopped, stopped
+    assert "stopped" not in waiting.splitlines()[0] and '"MainThread"' in waiting, waiting

@@ -45,6 +45,15 @@ PROGRAM = textwrap.dedent("""
                 os.kill(os.getpid(), signal.SIGTERM)
                 time.sleep(0.3 if case == "failing" else 30)  # the save after the peer loss
                 mark.write_text("saved")
+        elif case == "notice":
+            from multiworker.trainer._stop_guard import PreemptionNotice
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(60)  # training: the notice interrupts it here (else the 30 s timeout fails the test)
+            except PreemptionNotice:
+                time.sleep(0.3)  # the chief backs up the step reached
+                mark.write_text("saved")
+                raise
         elif case == "quiet":
             pass
     mark.with_suffix(".after").write_text("after the block")
@@ -64,6 +73,13 @@ def test_a_sigterm_outside_a_failure_ends_the_process_at_once(tmp_path):
     code, _, mark = _run(tmp_path, "healthy")
     assert code == -signal.SIGTERM
     assert not mark.exists()
+
+
+def test_a_sigterm_while_training_stops_it_for_a_backup_then_ends_the_process(tmp_path):
+    """A preemption notice: training stops where the SIGTERM found it, the backup is written, then
+    the process ends by SIGTERM (nothing after the block runs)."""
+    code, _, mark = _run(tmp_path, "notice")
+    assert code == -signal.SIGTERM and mark.read_text() == "saved" and not mark.with_suffix(".after").exists()
 
 
 def test_a_sigterm_while_another_error_is_handled_ends_the_process_at_once(tmp_path):

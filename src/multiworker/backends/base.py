@@ -31,6 +31,7 @@ import pydantic
 
 from multiworker.errors import MultiworkerError, UserError
 from multiworker.job import JobRecord, JobState, Journal, Store
+from multiworker.stacks import Dump
 
 if TYPE_CHECKING:  # pragma: no cover
     from multiworker.cluster import ReplicaId
@@ -174,6 +175,10 @@ class ReplicaGroup(abc.ABC):
     def samples(self) -> list[tuple[str, float, int]]:
         """(replica name, CPU %, RSS bytes) for each running replica; empty if unknown."""
         return []
+
+    def dump_stacks(self, replica: ReplicaId) -> Dump:
+        """Every thread's Python stack of the running replica, read on its node (py-spy)."""
+        return Dump(replica.name, None, "unknown", error=f"the {type(self).__name__} cannot read stacks")
 
     def close(self) -> None:  # noqa: B027 - optional: a group that holds nothing has nothing to release
         """Release everything the group holds (actors, placement groups, reserved ports)."""

@@ -1,8 +1,10 @@
 """The group controller: one job's restart loop over any :class:`ReplicaGroup` (local processes,
 Ray actors...). Attempts, whole-group restarts through ``policy.decide`` after a growing back-off (a
 group that cannot place or start an attempt, :class:`~multiworker.errors.StartFailed`, counts as a
-failed attempt), the active deadline, fault injection, resource samples; everything it learns goes
-through the job's journal (metric lines, events, the heartbeat, the stop signals, the end).
+failed attempt), the active deadline, fault injection (kills, stops, preemptions with their notice), hang detection
+(:mod:`multiworker.hangs`: every replica's stacks saved, the laggard named, then a restart as after a
+failure), live stack dumps on request, resource samples; everything it learns goes through the job's
+journal (metric lines, events, the heartbeat, the stop signals, the end).
 
 It runs in the launcher's process (foreground) or in the detached daemon; all it knows comes from
 the job record, so any process can drive a recorded job.
@@ -17,23 +19,27 @@ import sys
 import time
 from pathlib import Path
 
+from multiworker.backends import stack_dumps
 from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.failures import ReplicaFailure, summarize
 from multiworker.cluster import ReplicaId, replica_env, replica_ids
 from multiworker.errors import MultiworkerError, StartFailed
-from multiworker.faults import Injector, parse_injection
+from multiworker.faults import Injection, Injector, parse_injection
+from multiworker.hangs import HangWatch
 from multiworker.job import JobRecord, JobState, Journal, ReplicaState
 from multiworker.policy import (
     Decision,
     all_exited,
     backoff_delay,
     decide,
+    decide_hang,
     decide_start_failure,
     exit_description,
     exit_order,
     normalize_exit_code,
     shutdown_plan,
 )
+from multiworker.progress import StepTracker, keras_progress
 
 __all__ = ["GroupController"]
 
@@ -73,8 +79,15 @@ class GroupController:
         self.layout = record.layout
         self.output_dir = Path(record.output_dir)
         self.trainer_args: list[str] = list(record.run.trainer_args)
-        self.injector = Injector([parse_injection(t) for t in record.run.inject_failures])
-        journal.ingest.on_metric = self.injector.observe
+        counts = self.spec.replica_counts()
+        self.injector = Injector([i for t in record.run.inject_failures for i in parse_injection(t).expand(counts)])
+        self.steps = StepTracker()
+        self.hangs = HangWatch(self.spec.run_policy.hang_timeout)
+        journal.ingest.on_metric = self._on_metric
+        journal.ingest.on_line = self._on_line
+        self._kills: list[tuple[float, int, ReplicaId, float]] = []  # SIGKILL due after a preemption's notice
+        self._interrupted: dict[int, tuple[str, float, int | None]] = {}  # attempt -> (by what, when, step then)
+        self._resumed: dict[int, int] = {}  # interrupted attempt -> steps lost, once the next one resumed
         journal.on_repeated_stop = self._kill_now
         self.replicas: dict[ReplicaId, _Replica] = {}
         self.restarts = 0
@@ -171,6 +184,8 @@ class GroupController:
             placement = placements[rid]
             env = replica_env(self.spec, rid, addresses, job_id=self.job_id, attempt=self.attempt,
                               output_dir=str(self.output_dir), platform=self.platform)
+            if self.spec.run_policy.hang_timeout:  # multiworker.trainer keeps TF's heartbeat past it
+                env["MULTIWORKER_HANG_TIMEOUT"] = f"{self.spec.run_policy.hang_timeout:g}"
             cmd, cwd = self._command(rid)
             rep = self.replicas[rid] = _Replica(rid, placement, self.layout.replica_log(self.attempt, rid.name))
             rep.pid = self.group.start(rid, cmd, cwd, env, rep.log_path)
@@ -181,6 +196,8 @@ class GroupController:
             self._event("Started", f"pid {rep.pid}, {where}, attempt {self.attempt}: {' '.join(cmd)}",
                         replica=rid.name)
         self.journal.set_state(JobState.RUNNING)
+        self.steps.new_attempt(self.attempt)
+        self.hangs.new_attempt(time.monotonic())
 
     def _close_group(self) -> None:
         if self._group_open:
@@ -224,7 +241,34 @@ class GroupController:
                     return ("restart" if decision is Decision.RESTART else "failed"), summary
             if all_exited(self.replicas, exits):
                 return "failed", "every replica exited without the success policy being met"
+            quiet = self.hangs.hung(time.monotonic())
+            if quiet is not None:
+                return self._hung(quiet)
             time.sleep(self.poll_interval)
+
+    def _hung(self, quiet: float) -> tuple[str, str]:
+        """No replica advanced for the hang timeout: save every replica's stacks, name the laggard,
+        record ``Hung``, stop the group (the laggard first, so its peers' collectives fail and the
+        chief can back up the step it reached) and decide as after a failure."""
+        limit = self.hangs.timeout or 0.0
+        source = "run_policy.hang_timeout" if self.spec.run_policy.hang_timeout else "derived from the job's pace"
+        why = f"no replica advanced for {quiet:.1f}s (hang timeout {limit:g}s, {source})"
+        running = [rid for rid, rep in self.replicas.items() if rep.returncode is None]
+        dump = stack_dumps.take(self.group, running, self.layout, self.attempt, time.strftime("%Y%m%d-%H%M%S-hung"),
+                                why, {rid.name: self.steps.step_of(rid.name) for rid in running})
+        laggard = (f"laggard {dump.laggard[0]}: {dump.laggard[1]}" if dump.laggard
+                   else "no laggard stands out (every replica waits alike)")
+        missing = [f"{d.replica}: {d.error}" for d in dump.dumps.values() if not d.text]
+        saved = f"stacks of {len(dump.dumps) - len(missing)}/{len(dump.dumps)} replicas in {dump.folder}"
+        self._event("Hung", f"{why}; {laggard}; {saved}" + (f" ({'; '.join(missing)})" if missing else ""),
+                    replica=dump.laggard[0] if dump.laggard else None, warning=True)
+        self._interrupted[self.attempt] = ("a hang", time.time(), self.steps.reached.get(self.attempt))
+        if dump.laggard:
+            self._kill_first(ReplicaId.parse(dump.laggard[0]))
+        self._stop_all()
+        self._drain_logs()
+        decision = decide_hang(self.spec, self.restarts)
+        return ("restart" if decision is Decision.RESTART else "failed"), f"hung: {why}; {laggard}"
 
     def _finish_success(self) -> None:
         """After success: stop ps at once; give workers a grace period and the evaluator its timeout."""
@@ -303,14 +347,92 @@ class GroupController:
                 self._event("InjectedFailure", f"{inj}: {inj.replica} was not running; nothing killed",
                             replica=inj.replica.name, warning=True)
                 continue
+            if inj.notice is not None:
+                self._preempted(inj, rep)
+                continue
             late = f"; {self.injector.advice(inj)}" if self.injector.training_done() else ""
             self._event("InjectedFailure", f"{inj}: sent {inj.signal_name} to {inj.replica} (pid {rep.pid}) "
                         f"{now - self._first_attempt_started:.1f}s after the first attempt started{late}",
                         replica=inj.replica.name, warning=True)
+        self._kill_after_notice()
+        self._report_resumed()
         if now - self._last_sample >= _SAMPLE_EVERY:
             self._last_sample = now
             self.journal.samples(self.group.samples())
             self.journal.tick()
+            request = stack_dumps.read_request(self.layout)
+            if request is not None:
+                self._dump_on_request(request)
+
+    # -- preemption, resumption, stacks on request ------------------------------------------------
+    def _kill_first(self, rid: ReplicaId, wait: float = 5.0) -> None:
+        """SIGKILL one replica and record its exit (within ``wait`` seconds) before the rest are stopped."""
+        rep = self.replicas[rid]
+        rep.stopped_by_us = True
+        if not self.group.signal(rid, signal.SIGKILL):
+            return
+        end = time.monotonic() + wait
+        while time.monotonic() < end:
+            code = self._newly_exited().get(rid)
+            if code is not None:
+                rep.returncode = code
+                self._record_exit(rep)
+                return
+            time.sleep(self.poll_interval)
+
+    def _preempted(self, inj: Injection, rep: _Replica) -> None:
+        """SIGTERM sent (by ``_tick``): the SIGKILL follows when the notice is over."""
+        assert inj.notice is not None
+        step = self.steps.reached.get(self.attempt)
+        self._kills.append((time.monotonic() + inj.notice, self.attempt, inj.replica, inj.notice))
+        self._interrupted.setdefault(self.attempt, (f"preemption ({inj})", time.time(), step))
+        at = f"at step {step}" if step is not None else "before any step was reported"
+        self._event("Preempted", f"{inj}: SIGTERM to {inj.replica} (pid {rep.pid}) {at}; SIGKILL in "
+                    f"{inj.notice:g}s unless it has exited", replica=inj.replica.name, warning=True)
+
+    def _kill_after_notice(self) -> None:
+        now = time.monotonic()
+        for due in [k for k in self._kills if k[0] <= now]:
+            self._kills.remove(due)
+            _, attempt, rid, notice = due
+            rep = self.replicas.get(rid)
+            if attempt == self.attempt and rep is not None and rep.returncode is None and self.group.signal(rid, signal.SIGKILL):
+                self._event("PreemptionKill", f"the {notice:g}s notice is over: SIGKILL to {rid} (pid {rep.pid})",
+                            replica=rid.name, warning=True)
+
+    def _report_resumed(self) -> None:
+        """Once an attempt after a hang or a preemption reports where it resumed: the steps lost."""
+        for attempt, (what, when, at_signal) in self._interrupted.items():
+            if attempt in self._resumed or attempt + 1 not in self.steps.resumed:
+                continue
+            resumed = self.steps.resumed[attempt + 1]
+            reached = self.steps.reached.get(attempt, 0)
+            lost = max(0, (at_signal if at_signal is not None else reached) - resumed)
+            self._resumed[attempt] = lost
+            redone = max(0, reached - resumed)
+            self._event("Resumed", f"training again {time.time() - when:.1f}s after {what} in attempt {attempt}: "
+                        f"step {at_signal if at_signal is not None else '?'} at the interruption, {reached} reached "
+                        f"in that attempt; resumed from step {resumed}: {lost} steps lost"
+                        + (f" ({redone} redone)" if redone != lost else ""), warning=lost > 0)
+
+    def _dump_on_request(self, name: str) -> None:
+        running = [rid for rid, rep in self.replicas.items() if rep.returncode is None]
+        dump = stack_dumps.take(self.group, running, self.layout, self.attempt, name, "asked by multiworker stacks",
+                                {rid.name: self.steps.step_of(rid.name) for rid in running})
+        self._event("StacksDumped", f"stacks of {len(running)} replicas in {dump.folder}")
+
+    def _on_metric(self, replica: str, metric: dict) -> None:
+        self.injector.observe(replica, metric)
+        self.steps.observe_metric(replica, metric)
+        if metric.get("kind") in ("progress", "epoch"):
+            self.hangs.step(time.monotonic())
+
+    def _on_line(self, replica: str, line: str) -> None:
+        self.injector.observe_line(replica, line)
+        self.steps.observe_line(replica, line)
+        parsed = keras_progress(line)
+        if parsed is not None and parsed[0] == "bar":
+            self.hangs.step(time.monotonic())
 
     def _pump_logs(self) -> int:
         """Feed each replica's new output (one chunk each) to the ingest; return the bytes read."""
@@ -319,6 +441,8 @@ class GroupController:
             data = self.group.read_log(rid)
             total += len(data)
             self.journal.feed(rid.name, data)
+        if total:
+            self.hangs.activity(time.monotonic())
         return total
 
     def _drain_logs(self, limit: float = 10.0) -> None:
@@ -328,9 +452,13 @@ class GroupController:
             pass
 
     def _finish(self, state: JobState, message: str, *, reason: str, warning: bool = False) -> JobState:
+        self._report_resumed()
         for inj in self.injector.pending:
             self._event("InjectionNotFired", f"{inj}: never fired, the job ended first", replica=inj.replica.name,
                         warning=True)
+        if self._resumed:
+            message += (f"; {len(self._resumed)} interruption(s) (hang or preemption): "
+                        f"{sum(self._resumed.values())} steps lost")
         return self.journal.finish(state, message, reason=reason, warning=warning, restarts=self.restarts)
 
     def _event(self, reason: str, message: str, *, replica: str | None = None, warning: bool = False) -> None:

@@ -30,8 +30,8 @@ app = typer.Typer(
 )
 
 # Command modules, in help order. A missing module is skipped so partial installs still work.
-_COMMAND_MODULES = ("run_cmd", "build_cmd", "gcloud_cmd", "spec_cmd", "jobs_cmd", "monitor_cmd", "convert_cmd", "data_cmd", "serve_cmd", "tune_cmd",
-                    "ui_cmd")
+_COMMAND_MODULES = ("run_cmd", "build_cmd", "gcloud_cmd", "spec_cmd", "jobs_cmd", "monitor_cmd", "stacks_cmd", "doctor_cmd",
+                    "convert_cmd", "data_cmd", "serve_cmd", "tune_cmd", "ui_cmd")
 
 
 _registered: list[str] = []

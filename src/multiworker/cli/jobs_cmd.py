@@ -27,7 +27,7 @@ JSON_OPT = typer.Option(False, "--json", help="Print JSON.")
 
 
 def _console() -> Console:
-    return Console(highlight=False, soft_wrap=True)
+    return Console(highlight=False, soft_wrap=True, emoji=False)
 
 
 def _echo_json(doc) -> None:

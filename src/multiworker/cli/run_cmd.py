@@ -38,9 +38,10 @@ def run(
     trainer_args: Optional[list[str]] = typer.Argument(None, help="Arguments after `--` go to every replica."),
     overrides: list[str] = typer.Option([], "--set", help="Override a spec field: pools.worker.replicas=3 (repeatable)."),
     inject_failure: list[str] = typer.Option(
-        [], "--inject-failure", help="Kill a replica once, to prove recovery: ROLE-INDEX@WHEN[:SIGNAL], WHEN a duration (15s), "
-                                "epoch:N (once epoch N has finished) or step:N; e.g. worker-1@step:300 (mid-training "
-                                "in the MNIST demo), worker-1@epoch:1:TERM."
+        [], "--inject-failure", help="Kill, stop or preempt a replica once, to prove recovery: ROLE-INDEX@WHEN[:ACTION], WHEN a "
+                                "duration (15s), epoch:N (once epoch N has finished) or step:N; ACTION KILL (default), TERM, "
+                                "STOP, CONT or PREEMPT=30s (SIGTERM, the notice, SIGKILL); ROLE-* for every replica of a role. "
+                                "e.g. worker-1@step:300 (mid-training in the MNIST demo), worker-1@step:200:STOP."
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Run in the background; print the job id and return."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide replica output; show progress, events, summary."),
@@ -111,7 +112,7 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     from multiworker.jobs import create_job
     from multiworker.monitor.console import ConsoleObserver
 
-    console = Console(highlight=False, soft_wrap=True)
+    console = Console(highlight=False, soft_wrap=True, emoji=False)
     check_injections(loaded.spec, [parse_injection(t) for t in inject_failures])  # before the store is touched
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")

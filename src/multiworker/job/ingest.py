@@ -33,6 +33,7 @@ class LogIngest:
         self.obs = observer
         self.primary = primary  # the replica whose epoch lines speak for the job
         self.on_metric = on_metric  # e.g. fault injection at an epoch or step
+        self.on_line: Callable[[str, str], None] | None = None  # every other line (Keras's progress bar...)
         self._bad_warned: set[str] = set()
         self.attempt = 0
         self._partial: dict[str, bytes] = {}
@@ -63,6 +64,8 @@ class LogIngest:
                 self.obs.on_event("BadMetricLine", message, replica=replica, warning=True)
             return
         if metric is None:
+            if self.on_line is not None:
+                self.on_line(replica, line)
             self.obs.on_line(replica, line)
             return
         if self.on_metric is not None:

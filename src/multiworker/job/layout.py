@@ -22,6 +22,15 @@ class LogLayout:
     def replica_log(self, attempt: int, replica: str) -> Path:
         return self.attempt_dir(attempt) / f"{replica}.log"
 
+    def stacks_dir(self, attempt: int) -> Path:
+        """Python stacks of every replica, one folder per dump (``<time>-<why>/<replica>.txt``)."""
+        return self.attempt_dir(attempt) / "stacks"
+
+    @property
+    def stacks_request(self) -> Path:
+        """Written by ``multiworker stacks`` to ask the job's driver for a live dump."""
+        return self.job_dir / "stacks.request"
+
     @property
     def supervisor_log(self) -> Path:
         return self.job_dir / "supervisor.log"

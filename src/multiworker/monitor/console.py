@@ -63,7 +63,7 @@ class ConsoleObserver(Observer):
                  defer_end: bool = False):
         self.quiet = quiet
         self.verbose = verbose
-        self.console = console or Console(stderr=False, highlight=False, soft_wrap=True)
+        self.console = console or Console(stderr=False, highlight=False, soft_wrap=True, emoji=False)
         self._noise = _Noise()
         self.finished: tuple[str, str] | None = None  # (state, message) once the job ended
         self.defer_end = defer_end  # the caller prints the end with print_end() (or leaves it to an error line)

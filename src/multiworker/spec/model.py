@@ -184,8 +184,13 @@ class RunPolicy(_Strict):
     evaluator_timeout: float = Field(
         300.0, description="After success, how long an evaluator may take to finish its last evaluation."
     )
+    hang_timeout: float | None = Field(
+        None, description="When no replica has printed or advanced for this long (e.g. '60s'), the job is hung: "
+        "every replica's Python stack is saved and the group restarts as after a failure. Default: derived from "
+        "the job's own pace once training reports steps (20x its longest quiet stretch, at least 120s); 0: off."
+    )
 
-    @field_validator("backoff", "active_deadline", "grace_period", "evaluator_timeout", mode="before")
+    @field_validator("backoff", "active_deadline", "grace_period", "evaluator_timeout", "hang_timeout", mode="before")
     @classmethod
     def _duration(cls, value):
         return None if value is None else parse_duration(value)

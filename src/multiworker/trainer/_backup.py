@@ -106,9 +106,9 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._epoch_first_batch = self._saved_batch = None
         self._epoch_iterations = _applied_steps(self.model)
 
-    def save_after_peer_loss(self) -> bool:
-        """Called when ``fit`` failed because a peer was lost: on the chief, back up the step this
-        worker reached, without any collective. True if a backup was written."""
+    def save_after_peer_loss(self, why: str = "a peer was lost") -> bool:
+        """Called when ``fit`` failed because a peer was lost (or stopped on a SIGTERM: ``why``): on the
+        chief, back up the step this worker reached, without any collective. True if a backup was written."""
         strategy = self.model.distribute_strategy
         if not strategy.extended.should_checkpoint or self._epoch_first_batch is None:
             return False
@@ -124,7 +124,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
                 return False
             self._backup(epoch=self._current_epoch, batch=batch)
             # inside the block: a SIGTERM held during the save ends the process as the block ends
-            logger.info("a peer was lost: backed up epoch %d, step %d (%d steps after the last backup)",
+            logger.info("%s: backed up epoch %d, step %d (%d steps after the last backup)", why,
                         self._current_epoch + 1, batch + 1, batch - last)
         return True
 

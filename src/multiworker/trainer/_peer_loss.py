@@ -116,15 +116,17 @@ def deferred_sigterm(limit: float = SAVE_LIMIT) -> Iterator[None]:
 
 
 def save_after_peer_loss(callbacks: list[Any], exc: BaseException) -> bool:
-    """After ``model.fit`` raised ``exc``: if a peer was lost, let the step-level backup callback in
+    """After ``model.fit`` raised ``exc``: if a peer was lost (or a SIGTERM stopped it, see
+    :class:`~multiworker.trainer._stop_guard.PreemptionNotice`), let the step-level backup callback in
     ``callbacks`` (if any) save the step this worker reached. True if a backup was written."""
-    if not peer_lost(exc):
+    notice = type(exc).__name__ == "PreemptionNotice"  # see _stop_guard
+    if not notice and not peer_lost(exc):
         return False
     for callback in callbacks:
         save = getattr(callback, "save_after_peer_loss", None)
         if save is not None:
             try:
-                return bool(save())
+                return bool(save("a SIGTERM came (a preemption notice?)") if notice else save())
             except Exception:  # noqa: BLE001 - the original error is what the user must see
                 logger.warning("could not save a last backup after losing a peer", exc_info=True)
                 return False

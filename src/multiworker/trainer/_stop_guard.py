@@ -14,7 +14,11 @@ handler sees the error there:
 - if the exception being handled then says a peer was lost (``holds``), the SIGTERM is held until
   the block ends, so the save after the peer loss, inside the block, is written first; then the
   process ends by SIGTERM;
-- otherwise (no exception, or another one) the process ends by SIGTERM at once, as without the guard.
+- with no exception in flight (a preemption notice, a cancel), the handler raises
+  :class:`PreemptionNotice` there: ``fit`` stops at that point and the chief backs up the step it
+  reached, as after a peer loss (no collective), before the process ends by SIGTERM; a preempted
+  chief so loses no step;
+- otherwise (another exception) the process ends by SIGTERM at once, as without the guard.
 A watcher thread (woken by Python's signal wakeup fd, so it runs even while the main thread is in
 TensorFlow) kills the process if the main thread does not act within ``call_limit`` seconds (a
 call that hangs), or does not end the block within ``save_limit`` seconds of holding it.
@@ -35,11 +39,15 @@ from multiworker.trainer._peer_loss import SAVE_LIMIT
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CALL_LIMIT", "SAVE_LIMIT", "sigterm_waits_for_call"]
+__all__ = ["CALL_LIMIT", "SAVE_LIMIT", "PreemptionNotice", "sigterm_waits_for_call"]
 
 #: Seconds a SIGTERM may wait for the main thread to return from the call in flight. A held SIGTERM
 #: then waits at most SAVE_LIMIT (the save after a peer loss, as for any other backup) for the block's end.
 CALL_LIMIT = 1.0
+
+
+class PreemptionNotice(Exception):
+    """Raised where a SIGTERM found the chief training: stop here and back up the step reached."""
 
 
 def _die() -> None:
@@ -77,6 +85,9 @@ class _Guard:
         if failing is not None and self.holds(failing):
             self.held = True  # a call failed: the save after a peer loss comes first
             return
+        if failing is None:
+            self.held = True  # the notice: back up the step reached, then end
+            raise PreemptionNotice("SIGTERM while training: backing up the step reached before ending")
         _die()
 
     def watch(self) -> None:
@@ -116,5 +127,5 @@ def sigterm_waits_for_call(active: bool, *, holds: Callable[[BaseException], boo
         for fd in (guard.wake_r, guard.wake_w):
             os.close(fd)
         if guard.held:
-            logger.info("a SIGTERM waited for the failed call's handling (the backup after a peer loss)")
+            logger.info("a SIGTERM waited for the last backup (after a peer loss, or on its notice)")
             _die()

@@ -15,6 +15,7 @@ from typing import Any
 
 from multiworker.trainer import _env
 from multiworker.trainer._context import Context, context
+from multiworker.trainer._heartbeat import heartbeat_past_hang_timeout
 from multiworker.trainer._leader import leader_address, wait_for_leader
 from multiworker.trainer._markers import clear_training_done
 from multiworker.trainer._server import serve_forever
@@ -71,6 +72,7 @@ def _create(ctx: Context) -> Any:
     elif kind == "multi_worker_mirrored":
         untuned_per_device_datasets(tf)
         _wait_for_leader(ctx)
+        heartbeat_past_hang_timeout(tf)
         created = tf.distribute.MultiWorkerMirroredStrategy()
     elif kind == "mirrored":
         untuned_per_device_datasets(tf)

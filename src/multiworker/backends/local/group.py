@@ -15,7 +15,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from multiworker import procs
+from multiworker import procs, stacks
 from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.local import forkserver
 from multiworker.cluster import ReplicaId
@@ -143,6 +143,12 @@ class LocalGroup(ReplicaGroup):
                 continue
             rows.append((rid.name, cpu, rss))
         return rows
+
+    def dump_stacks(self, replica: ReplicaId) -> stacks.Dump:
+        proc = self._procs.get(replica)
+        if proc is None or proc.poll() is not None:
+            return stacks.Dump(replica.name, proc.pid if proc else None, "gone", error="the replica is not running")
+        return stacks.dump(replica.name, proc.pid)
 
     def close(self) -> None:
         """Forget this attempt's processes (the controller has stopped them; any left are killed)

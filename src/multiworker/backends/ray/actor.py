@@ -3,7 +3,7 @@ starts the replica process the way ``procs.spawn`` does, and hands back its exit
 and resource use.
 
 Plain class, made a Ray actor by :mod:`.group` (``ray.remote(ReplicaHost)``); it runs on the node, so
-it imports only the standard library, psutil and ``multiworker.procs``. Methods run on the actor's
+it imports only the standard library, psutil, ``multiworker.procs`` and ``multiworker.stacks``. Methods run on the actor's
 main thread, which matters: PR_SET_PDEATHSIG fires when the *thread* that forked the replica ends,
 i.e. when the actor's worker process dies (killed actor, lost driver, lost node).
 """
@@ -11,6 +11,7 @@ i.e. when the actor's worker process dies (killed actor, lost driver, lost node)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import socket
@@ -18,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from multiworker import procs
+from multiworker import procs, stacks
 
 __all__ = ["ReplicaHost"]
 
@@ -87,6 +88,12 @@ class ReplicaHost:
         if self._proc is not None:
             procs.stop_groups([self._proc], grace)
         return self.tick()
+
+    def stacks(self) -> dict:
+        """The replica's Python stacks, read here on its node (py-spy), as a ``stacks.Dump``'s fields."""
+        if self._proc is None or self._proc.poll() is not None:
+            return dataclasses.asdict(stacks.Dump(self.replica, None, "gone", error="the replica is not running"))
+        return dataclasses.asdict(stacks.dump(self.replica, self._proc.pid))
 
     def sample(self) -> tuple[float, int] | None:
         """(CPU %, RSS bytes) of the replica and its children; None when it is not running."""

@@ -32,6 +32,7 @@ from multiworker.backends.ray.cluster import (
 from multiworker.cluster import ReplicaId
 from multiworker.errors import StartFailed, UserError
 from multiworker.spec.model import JobSpec
+from multiworker.stacks import Dump
 
 __all__ = ["RayGroup"]
 
@@ -226,6 +227,16 @@ class RayGroup(ReplicaGroup):
             if got is not None:
                 rows.append((rid.name, float(got[0]), int(got[1])))
         return rows
+
+    def dump_stacks(self, replica: ReplicaId) -> Dump:
+        ray = ray_module()
+        actor = self._actors.get(replica)
+        if actor is None or self._codes.get(replica) is not None:
+            return Dump(replica.name, None, "gone", error="the replica is not running")
+        try:
+            return Dump(**ray.get(actor.stacks.remote(), timeout=_CALL_TIMEOUT + 30))
+        except (*lost_actor_errors(ray), ray.exceptions.GetTimeoutError) as exc:
+            return Dump(replica.name, None, "unknown", error=f"the Ray actor did not answer: {exc!r}"[:300])
 
     def close(self) -> None:
         """Kill every replica and actor of the attempt and remove its placement group."""

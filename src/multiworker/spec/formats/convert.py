@@ -21,7 +21,7 @@ WRITERS: dict[str, Callable[[Target], dict]] = {
 }
 # Settings that only say how to run here (interpreter, directories, threads, Ray placement): noted, never an error.
 _LOCAL_ONLY = ("working_dir", "python", "threads_per_replica", "placement")
-_LOCAL_ONLY_POLICY = ("backoff", "evaluator_timeout")
+_LOCAL_ONLY_POLICY = ("backoff", "evaluator_timeout", "hang_timeout")
 _PACKAGE_TARGETS = ("vertex", "aiplatform")
 
 
