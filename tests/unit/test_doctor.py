@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from multiworker.doctor import diagnose, vertex_images
+from multiworker.containers.vertex_images import prebuilt_tf_minor
+from multiworker.doctor import diagnose
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "doctor"
@@ -33,8 +34,6 @@ def test_each_mistake_is_found_at_its_line(name, monkeypatch):
     code, path, line = _marked(FIXTURES / name)
     if code == "gcs-without-package" and importlib.util.find_spec("tensorflow_io_gcs_filesystem"):
         pytest.skip("tensorflow-io-gcs-filesystem is installed here: nothing to find")
-    if code == "expired-image":  # the lookup's own table is empty until the Vertex image table lands
-        monkeypatch.setitem(vertex_images.END_OF_AVAILABILITY, "tf-cpu.2-8", datetime.date(2024, 1, 1))
     findings, _ = diagnose(FIXTURES / name / "job.yaml", today=datetime.date(2026, 1, 1))
     assert [(f.code, Path(f.file).resolve(), f.line) for f in findings] == [(code, path.resolve(), line)], findings
     assert findings[0].fix
@@ -46,10 +45,10 @@ def test_every_example_is_clean(job):
     assert findings == [] and notes == []
 
 
-def test_vertex_image_keys():
-    assert vertex_images.prebuilt_key("us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest") == "tf-cpu.2-11"
-    assert vertex_images.prebuilt_key("gcr.io/cloud-aiplatform/training/tf-gpu.2-8:latest") == "tf-gpu.2-8"
-    assert vertex_images.prebuilt_key("gcr.io/my-project/trainer:1") is None
+def test_vertex_image_names_old_and_new():
+    assert prebuilt_tf_minor("us-docker.pkg.dev/vertex-ai/training/tf-cpu.2-11.py310:latest") == 11
+    assert prebuilt_tf_minor("gcr.io/cloud-aiplatform/training/tf-gpu.2-8:latest") == 8
+    assert prebuilt_tf_minor("gcr.io/my-project/trainer:1") is None
 
 
 @pytest.mark.parametrize("args,code", [

@@ -26,7 +26,8 @@ END_OF_AVAILABILITY: dict[int, dt.date | None] = {
     16: None,
     17: dt.date(2026, 7, 11),
 }
-_PREBUILT = re.compile(r"(?:^|/)vertex-ai/training/tf-(?:cpu|gpu)\.2-(\d+)(?:[.:@]|$)")
+# today's vertex-ai/training/..., and the older gcr.io/cloud-aiplatform/training/... names of the same images
+_PREBUILT = re.compile(r"(?:^|/)(?:vertex-ai|cloud-aiplatform)/training/tf-(?:cpu|gpu)\.2-(\d+)(?:[.:@]|$)")
 
 
 def prebuilt_tf_minor(image: str) -> int | None:

@@ -10,9 +10,9 @@ import json
 import re
 from pathlib import Path
 
+from multiworker.containers.vertex_images import end_of_availability, prebuilt_tf_minor
 from multiworker.doctor._findings import Finding, SourceFile, TrainerSource
 from multiworker.doctor._source_checks import check_source
-from multiworker.doctor.vertex_images import end_of_availability
 from multiworker.errors import UserError
 from multiworker.spec.formats import LoadOptions, load_job
 from multiworker.spec.load import LoadedSpec
@@ -183,7 +183,8 @@ def _expired_images(spec: JobSpec, spec_file: Path, text: str, today: datetime.d
     images = {spec.image} | {spec.resolved(pool).image for pool in spec.replica_counts()}
     out = []
     for image in sorted(i for i in images if i):
-        end = end_of_availability(image)
+        minor = prebuilt_tf_minor(image)
+        end = end_of_availability(minor) if minor is not None else None
         if end is not None and end <= today:
             out.append(Finding("expired-image", str(spec_file), _line_of(text, image),
                                f"{image} is a Vertex AI prebuilt image past its end of availability ({end}): Vertex "
