@@ -19,7 +19,7 @@ from multiworker.errors import JobNotFound, UserError
 from multiworker.monitor.lifecycle import cancel_job, delete_job
 from multiworker.monitor.logs import log_files, read_logs
 from multiworker.status import primary_name
-from multiworker.ui.logstream import LogStream, parse_resume, sse_message
+from multiworker.ui.logstream import MAX_LINE, LogStream, parse_resume, sse_message
 
 __all__ = ["routes"]
 
@@ -79,14 +79,15 @@ def _replica(request: Request, store, job_id: str) -> str:
 
 
 def logs(request: Request) -> JSONResponse:
-    """The last ``tail`` lines (default 1000) of one replica's log in one attempt (default the latest)."""
+    """The last ``tail`` lines (default 1000) of one replica's log in one attempt (default the latest),
+    each cut at MAX_LINE as the live stream does."""
     job_id = _job_id(request)
     tail = _int(request, "tail", 1000, low=0, high=100_000)
     store = request.app.state.views.store()
     try:
         replica = _replica(request, store, job_id)
         shown, files = log_files(store, job_id, attempt=_int(request, "attempt", None), replica=replica)
-        lines = [line.text for line in read_logs(files, shown, tail=tail)]
+        lines = [line.text for line in read_logs(files, shown, tail=tail, max_line=MAX_LINE)]
     finally:
         store.close()
     return JSONResponse({"replica": replica, "attempt": shown, "lines": lines})
