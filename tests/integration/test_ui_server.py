@@ -42,6 +42,17 @@ def test_ui_prints_url_serves_and_exits_cleanly(mw_home, sig):
     assert "Traceback" not in server.proc.stderr.read()
 
 
+@pytest.mark.parametrize("host", ["127.0.0.2", "0.0.0.0"])
+def test_the_printed_url_opens_the_dashboard(mw_home, host):
+    server = UiServer(mw_home, "--host", host)
+    try:
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor())  # as a browser: keeps the cookie
+        with opener.open(server.url, timeout=10) as resp:  # follows the token redirect
+            assert resp.status == 200 and b"<title>" in resp.read()
+    finally:
+        assert server.stop() == 0
+
+
 def test_ui_on_a_taken_port_is_a_one_line_error(mw_home):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -12,7 +12,7 @@ import time
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from multiworker.errors import JobNotFound, UserError
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 _MAX_POINTS = 5000
 _POLL = 0.3
 _KEEPALIVE = 15.0
+MAX_STREAMS = 32  # live log streams open at once; each holds the store open
 
 
 def _int(request: Request, name: str, default: int | None, *, low: int = 0, high: int | None = None) -> int | None:
@@ -109,11 +110,15 @@ def log_raw(request: Request) -> FileResponse:
                         filename=f"{job_id}-attempt_{shown}-{replica}.log")
 
 
-async def log_stream(request: Request) -> StreamingResponse:
+async def log_stream(request: Request) -> Response:
     """Server-sent events: ``attempt``, ``lines`` (id ``attempt:offset``), then ``end`` or ``gone``.
     Resumes after the Last-Event-ID header (a reconnecting EventSource) or ``?from=attempt:offset``."""
     views = request.app.state.views
     job_id = await run_in_threadpool(_job_id, request)
+    open_streams = request.app.state.streams
+    if len(open_streams) >= MAX_STREAMS:
+        return JSONResponse({"error": f"{MAX_STREAMS} live log streams are open, the most the dashboard serves; "
+                                      "close some pages and retry"}, status_code=503, headers={"retry-after": "5"})
     store = await run_in_threadpool(views.store)
     try:
         replica = await run_in_threadpool(_replica, request, store, job_id)
@@ -127,9 +132,12 @@ async def log_stream(request: Request) -> StreamingResponse:
         raise
     stopping = request.app.state.stopping
 
+    token = object()
+
     async def events():
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
+        open_streams.add(token)
         try:
             yield "retry: 2000\n\n"
             while not stopping():
@@ -146,6 +154,7 @@ async def log_stream(request: Request) -> StreamingResponse:
                 if not any(e["event"] == "attempt" and e["data"].get("restart") for e in batch):
                     await asyncio.sleep(_POLL)
         finally:
+            open_streams.discard(token)
             store.close()
 
     return StreamingResponse(events(), media_type="text/event-stream",

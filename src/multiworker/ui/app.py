@@ -146,4 +146,5 @@ def create_app(home: Path | str | None = None, *, token: str | None = None, remo
     app.state.token = token
     app.state.remote = remote
     app.state.stopping = stopping or (lambda: False)
+    app.state.streams = set()  # the live log streams open now
     return app
