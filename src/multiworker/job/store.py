@@ -9,8 +9,10 @@ process may read, and record an end the driver can no longer record (Lost, Cance
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +23,8 @@ from multiworker.errors import JobNotFound, UserError
 from multiworker.home import home_dir
 from multiworker.job.record import JOB_COLUMNS, JobRecord, RunOptions
 from multiworker.job.states import JobState, ReplicaState
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Store", "SCHEMA_VERSION", "MIGRATIONS", "new_job_id"]
 
@@ -100,6 +104,22 @@ def _prepare_home(home: Path) -> None:
     except OSError as exc:
         raise UserError(f"MULTIWORKER_HOME {home}: cannot create it ({exc.strerror}); "
                         "point MULTIWORKER_HOME at a writable directory") from None
+    _tighten(home)
+
+
+def _tighten(home: Path) -> None:
+    """An existing home readable by others (0755, say) is made 0700 when it is ours alone to change:
+    not a shared (sticky) directory such as /tmp, nor the user's own home directory."""
+    try:
+        info = home.stat()
+        if info.st_mode & 0o077 == 0 or info.st_uid != os.getuid() or info.st_mode & stat.S_ISVTX \
+                or home.resolve() in (Path.home().resolve(), Path("/")):
+            return
+        home.chmod(0o700)
+    except OSError as exc:  # a read-only file system: reading still works
+        log.debug("could not make %s private: %s", home, exc)
+        return
+    log.warning("MULTIWORKER_HOME %s was readable by other users (%o); it is 0700 now", home, info.st_mode & 0o777)
 
 
 def new_job_id() -> str:
