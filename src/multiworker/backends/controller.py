@@ -20,7 +20,7 @@ from pathlib import Path
 from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.failures import ReplicaFailure, summarize
 from multiworker.cluster import ReplicaId, replica_env, replica_ids
-from multiworker.errors import StartFailed
+from multiworker.errors import StartFailed, UserError
 from multiworker.faults import Injector, parse_injection
 from multiworker.job import JobRecord, JobState, Journal, ReplicaState
 from multiworker.policy import (
@@ -98,7 +98,8 @@ class GroupController:
         except BaseException as exc:  # never leave replicas or a Running record behind
             self._stop_all()
             self._close_group()
-            self._finish(JobState.FAILED, f"supervisor error: {exc!r}", reason="Failed")
+            self._finish(JobState.FAILED, str(exc) if isinstance(exc, UserError) else f"supervisor error: {exc!r}",
+                         reason="Failed")
             raise
 
     # -- the restart loop ----------------------------------------------------------------
