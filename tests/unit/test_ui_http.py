@@ -212,14 +212,11 @@ def test_series_of_20000_samples_is_cut_for_the_browser_and_keeps_the_peak(clien
     rows[12_345] = ("feed0001", rows[12_345][1], rows[12_345][2], 999.0, 100 << 20)  # one spike
     with store.transaction() as conn:
         conn.executemany("INSERT INTO samples (job_id, ts, replica, cpu_percent, rss_bytes) VALUES (?, ?, ?, ?, ?)", rows)
-    started = time.monotonic()
     s = client.get("/api/jobs/feed0001/series?points=800").json()
-    elapsed = time.monotonic() - started
     assert s["samples_total"] >= 20_000
     for replica in ("worker-0", "worker-1"):
         assert 400 <= len(s["cpu_percent"][replica]) <= 800
     assert max(y for _, y in s["cpu_percent"][rows[12_345][2]]) == 999.0
-    assert elapsed < 5, elapsed
     assert client.get("/api/jobs/feed0001/series?points=999999").status_code == 400
 
 
