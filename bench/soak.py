@@ -5,8 +5,9 @@ Each fault is one job with one ``--inject-failure ROLE-INDEX@step:S:KIND``, S a 
 of training, rotating over ``--roles`` (chief, worker, ps, evaluator) and ``--kinds``. A kind is
 whatever follows the step in the injection syntax (KILL, TERM; STOP or PREEMPT=30s where the
 launcher has them), so new kinds need no change here. A job with a chief, ps or evaluator runs the
-spec with those pools (chief 1, worker 2, ps 1, evaluator 1); worker faults run the plain
-two-worker spec (MultiWorkerMirroredStrategy), on worker-1 and worker-0 in turn.
+spec with those pools (chief 1, worker 2, ps 1, evaluator 1; on the Ray cluster, 2 CPUs per host, one
+worker); worker faults run the plain two-worker spec (MultiWorkerMirroredStrategy), on worker-1 and
+worker-0 in turn.
 
 After each job it checks: the job Succeeded; its final test accuracy is within ``--tolerance``
 points of a clean run of the same spec and backend; no process of the job is left (on either
@@ -41,8 +42,8 @@ from multiworker.procs import job_processes  # noqa: E402
 JOB = REPO / "examples" / "mnist" / "job.yaml"
 #: small enough for a soak of many jobs, long enough that a fault lands mid-training
 TRAINER = ["--epochs", "2", "--steps-per-epoch", "60", "--backup-every", "10"]
-ALL_ROLES = {"pools.chief.replicas=1", "pools.worker.replicas=2", "pools.ps.replicas=1",
-             "pools.evaluator.replicas=1"}
+ALL_ROLES = ("pools.chief.replicas=1", "pools.worker.replicas=2", "pools.ps.replicas=1",
+             "pools.evaluator.replicas=1")
 TIMEOUT = 900
 
 
@@ -67,6 +68,7 @@ def plan(faults: int, roles: list[str], kinds: list[str], steps: int) -> list[di
 
 class Local:
     name = "local"
+    all_roles = ALL_ROLES
 
     def command(self, args: list[str]) -> list[str]:
         return [sys.executable, "-m", "multiworker", "run", str(JOB), "-q", *args]
@@ -88,6 +90,7 @@ class Ray:
     """A two-host Ray cluster for the soak's Ray jobs; the launcher runs in the head's namespace."""
 
     name = "ray"
+    all_roles = tuple(s.replace("worker.replicas=2", "worker.replicas=1") for s in ALL_ROLES)  # 4 CPUs in all
 
     def __init__(self) -> None:
         from ray_netns import RAY_ENV, TwoHostRay, unavailable_reason
@@ -123,7 +126,7 @@ def _containers(job_id: str) -> list[str]:
 
 
 def run_job(backend, home: Path, spec: str, trainer: list[str], injection: str | None) -> dict:
-    sets = [] if spec == "mwms" else [a for s in sorted(ALL_ROLES) for a in ("--set", s)]
+    sets = [] if spec == "mwms" else [a for s in backend.all_roles for a in ("--set", s)]
     args = [*sets, "--set", "run_policy.backoff=0.5s", "--set", "run_policy.backoff_limit=3"]
     args += ["--inject-failure", injection] if injection else []
     env = {**os.environ, **backend.env(), "MULTIWORKER_HOME": str(home),

@@ -119,7 +119,7 @@ def test_an_exit_read_together_with_its_fork_is_not_lost(server, project, tmp_pa
     real_sleep = time.sleep
     monkeypatch.setattr(forkserver.time, "sleep", lambda seconds: real_sleep(max(seconds, 0.5)))
     child = server.fork("pkg.quick", [], project, child_environ({}), tmp_path / "quick.log")
-    assert child.poll() == 4
+    assert child.wait(timeout=60) == 4  # a lost exit would never come
 
 
 def test_signals_reach_the_replica_group(server, project, tmp_path):
