@@ -80,6 +80,7 @@ def format_metric(kind: str, **fields: Any) -> str:
 # Fields with a fixed type (stored in typed columns, formatted as numbers); others are free JSON.
 _INT_FIELDS = ("epoch", "epochs", "step", "steps")
 _NUMBER_FIELDS = ("images_per_sec", "steps_per_sec", "seconds", "loss")
+_INT_MAX = (1 << 63) - 1  # the store's INTEGER columns hold no more
 
 
 class BadMetric(ValueError):
@@ -87,7 +88,9 @@ class BadMetric(ValueError):
 
 
 def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return abs(value) <= _INT_MAX  # a larger int is no float either (math.isfinite would overflow)
+    return isinstance(value, float) and math.isfinite(value)
 
 
 def metric_values(data: dict[str, Any] | None) -> dict[str, float]:
@@ -111,8 +114,8 @@ def validate_metric(payload: Any) -> dict[str, Any]:
         if value is None or key == "kind":
             continue
         if key in _INT_FIELDS:
-            ok = isinstance(value, int) and not isinstance(value, bool) and value >= 0
-            want = "a whole number >= 0"
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= _INT_MAX
+            want = "a whole number from 0 to 2^63-1"
         elif key in _NUMBER_FIELDS:
             ok, want = _is_number(value), "a finite number"
         else:  # Keras logs and free-form results (a `final` may carry class names): any JSON value

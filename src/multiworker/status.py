@@ -10,6 +10,7 @@ from multiworker.backends.base import get_backend
 from multiworker.errors import UserError
 from multiworker.job import JobRecord, Store
 from multiworker.metrics_line import metric_values
+from multiworker.terminal import printable
 
 __all__ = [
     "job_status",
@@ -118,7 +119,7 @@ def job_status(store: Store, job_id: str) -> dict:
         "started_at": job.started_at,
         "finished_at": job.finished_at,
         "duration_seconds": _duration(job) or 0.0,
-        "message": job.message,
+        "message": printable(job.message) if job.message else job.message,
         "supervisor_pid": job.supervisor_pid,
         "heartbeat_age_seconds": round(time.time() - heartbeat, 1) if heartbeat and running else None,
         "trainer_args": list(job.run.trainer_args),
@@ -193,5 +194,6 @@ def describe_job(store: Store, job_id: str) -> dict:
         "options": {**job.run.to_dict(), "backend_options": job.backend_options},
         "attempts": store.attempts(job_id),
         "replicas": status["replicas"],
-        "events": [{k: e[k] for k in ("id", "ts", "type", "reason", "replica", "message")} for e in store.events(job_id)],
+        "events": [{**{k: e[k] for k in ("id", "ts", "type", "reason", "replica")},
+                    "message": printable(e["message"]) if e["message"] else e["message"]} for e in store.events(job_id)],
     }

@@ -85,7 +85,7 @@ def running_job(home: Path) -> dict:
     return wait_for(ready)
 
 
-def no_processes_left(job_id: str, timeout: float = 10.0) -> bool:
+def no_processes_left(job_id: str, timeout: float = 60.0) -> bool:
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if not processes_of_job(job_id):

@@ -64,7 +64,7 @@ def test_ctrl_c_stops_tensorflow_workers_at_once(mw_home):
     launcher.wait(timeout=90)
     took = time.monotonic() - start
     assert launcher.returncode == 130
-    assert took < 10, f"the stop took {took:.1f} s: SIGTERM did not end the workers"
+    assert took < 40, f"the stop took {took:.1f} s: SIGTERM did not end the workers before the 60 s grace"
     doc = status(mw_home, job.id)
     assert doc["state"] == "Cancelled" and [r["state"] for r in doc["replicas"]] == ["Stopped", "Stopped"]
     assert no_processes_left(job.id)

@@ -94,7 +94,7 @@ def test_sigkilled_supervisor_is_lost_and_leaves_no_replica(tmp_path, mw_home):
                    and all(r["state"] == "Running" for r in d["replicas"]) and d)
     pids = [r["pid"] for r in doc["replicas"]]
     os.kill(doc["supervisor_pid"], signal.SIGKILL)
-    wait_for(lambda: not pid_alive(doc["supervisor_pid"]), timeout=10)
+    wait_for(lambda: not pid_alive(doc["supervisor_pid"]), timeout=60)
     after = status(mw_home, job_id)  # the next command that reads it
     assert after["state"] == "Lost", after
     assert "is gone" in after["message"] and {r["state"] for r in after["replicas"]} == {"Lost"}
@@ -115,7 +115,7 @@ def test_cancel_then_delete_a_detached_job(tmp_path, mw_home):
     assert json.loads(cancelled.stdout)[0]["state"] == "Cancelled"
     doc = status(mw_home, job_id)
     assert doc["state"] == "Cancelled" and {r["state"] for r in doc["replicas"]} == {"Stopped"}
-    assert no_processes_left(job_id, timeout=1)
+    assert no_processes_left(job_id)
     assert "already" in mw("cancel", job_id, home=mw_home).stdout
     job_dir = Path(doc["job_dir"])
     assert mw("delete", job_id, home=mw_home).returncode == 0 and not job_dir.exists()

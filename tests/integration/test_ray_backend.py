@@ -150,7 +150,7 @@ def test_ctrl_c_leaves_no_replica_on_either_host(cluster, mw_home):
             proc.kill()
     assert proc.returncode == 130, out[-3000:]
     assert Store(mw_home).get_job(job.id).state == "Cancelled"
-    assert no_processes_left(job.id, timeout=15)
+    assert no_processes_left(job.id)
 
 
 def test_stopped_worker_on_second_host_is_hung_and_dumped_there(cluster, mw_home):

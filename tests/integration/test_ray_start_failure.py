@@ -70,3 +70,70 @@ def test_a_job_that_can_never_be_placed_fails_with_exit_1(tmp_path, mw_home, bus
     assert events.count("StartFailed") == 2, events
     assert not [pg for pg in ray.util.placement_group_table().values()
                 if pg["name"].startswith("multiworker-") and pg["state"] != "REMOVED"]  # the job's were removed
+
+
+def _ray_run(tmp_path, mw_home, address, **env):
+    (tmp_path / "code").mkdir(exist_ok=True)
+    (tmp_path / "code" / "prog.py").write_text("print('never runs')\n")
+    spec = tmp_path / "job.yaml"
+    spec.write_text("name: nohead\ncommand: [python, prog.py]\nworking_dir: code\npools: {worker: {replicas: 2}}\n")
+    env = {**os.environ, "MULTIWORKER_HOME": str(mw_home), "RAY_AUTH_MODE": "disabled", "RAY_ADDRESS": "", **env}
+    return env, subprocess.Popen([sys.executable, "-m", "multiworker", "run", str(spec), "--backend", "ray",
+                                  "--ray-address", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, env=env)
+
+
+def _status(env) -> dict:
+    return json.loads(subprocess.run([sys.executable, "-m", "multiworker", "status", "last", "--json"],
+                                     capture_output=True, text=True, env=env, check=True).stdout)
+
+
+def test_an_address_where_nothing_listens_is_a_one_line_error_naming_it(tmp_path, mw_home):
+    import socket
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env, proc = _ray_run(tmp_path, mw_home, f"127.0.0.1:{port}", MULTIWORKER_RAY_CONNECT_TIMEOUT="3")
+    out, err = proc.communicate(timeout=120)  # bounded: Ray alone retries for many minutes
+    assert proc.returncode == 2, out + err
+    assert err.startswith(f"error: --ray-address 127.0.0.1:{port}") and err.count("\n") == 1, err
+    assert "no Ray head answers there" in err and "Traceback" not in out + err
+    doc = _status(env)
+    assert doc["state"] == "Failed" and f":{port}" in doc["message"]
+
+
+def test_a_stop_signal_while_connecting_cancels_the_job(tmp_path, mw_home):
+    """Something listens but never speaks Ray: the launcher is still connecting when SIGINT comes."""
+    import signal
+    import socket
+    import threading
+
+    listener = socket.create_server(("", 0))  # Ray dials the node IP for a loopback address
+    port = listener.getsockname()[1]
+    accepted: list[socket.socket] = []
+    dialed = threading.Event()
+
+    def accept():
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            accepted.append(conn)
+            if len(accepted) >= 2:  # the probe's, then Ray's own
+                dialed.set()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        env, proc = _ray_run(tmp_path, mw_home, f"127.0.0.1:{port}", MULTIWORKER_RAY_INIT_TIMEOUT="600")
+        assert dialed.wait(120), "the launcher never dialed the address"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        listener.close()
+        for conn in accepted:
+            conn.close()
+    assert proc.returncode != 0 and "Traceback" not in out + err, out + err
+    doc = _status(env)
+    assert doc["state"] == "Cancelled", doc

@@ -67,17 +67,19 @@ def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
     assert doc["last_metric_values"].keys() - RATE_KEYS == {"loss", "accuracy"}, doc["last_metrics"]
     assert not doc["last_metric_values"].keys() & BOOKKEEPING_KEYS
     # Only the chief writes the backups: worker-1 takes part in each (the same count) but saves nothing.
+    # How many there are follows from the step the restart resumed at (one every 10 steps), however
+    # fast the machine ran.
     attempt = Path(doc["output_dir"]).parent / "attempt_1"
-    (chief_n, chief_s), (other_n, other_s) = (_backups_logged(attempt / f"worker-{i}.log") for i in (0, 1))
-    assert chief_n == other_n >= 3
-    assert other_s < chief_s / 4, f"worker-1 spent {other_s} s saving, the chief {chief_s} s"
+    (chief_n, chief_w), (other_n, other_w) = (_backups_logged(attempt / f"worker-{i}.log") for i in (0, 1))
+    assert chief_n == other_n >= max(1, (STEPS - start) // 10 - 1), (start, chief_n, other_n)
+    assert (chief_w, other_w) == (chief_n, 0)
 
 
 def _backups_logged(log: Path) -> tuple[int, float]:
-    """(backups taken, seconds spent saving) from StepBackup's last summary line in ``log``."""
-    found = re.findall(r"backups: (\d+) taken, ([\d.]+) s saving", log.read_text())
+    """(backups taken, backups written by this worker) from StepBackup's last summary line in ``log``."""
+    found = re.findall(r"backups: (\d+) taken, .* (\d+) written by this worker", log.read_text())
     assert found, f"no backup summary in {log}"
-    return int(found[-1][0]), float(found[-1][1])
+    return int(found[-1][0]), int(found[-1][1])
 
 
 def test_chief_backs_up_the_step_reached_when_its_peer_is_killed(mw_home):

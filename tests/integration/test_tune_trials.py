@@ -145,3 +145,18 @@ def test_failed_and_silent_trials_are_failed_with_the_reason(mw_home, tmp_path):
     assert "no 'loss' report in" in proc.stdout and "report_hyperparameter_tuning_metric" in proc.stdout
     assert "no trial succeeded" in proc.stdout
     assert [t["state"] for t in _show(mw_home, "fake")["trials"]] == ["Failed"] * 2
+
+
+def test_a_trial_accepts_only_its_own_reports_in_a_private_file(mw_home, tmp_path):
+    job = _job(tmp_path)
+    proc = mw("tune", str(job), "--config", str(tmp_path / "hp.yaml"), "--max-trials", "1",
+              "--", "--claim-trial", "99", "--steps", "1", "--step-seconds", "0", home=mw_home)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "no 'loss' report in" in proc.stdout
+    trial = _show(mw_home, "fake")["trials"][0]
+    assert trial["state"] == "Failed"
+    metric_file = Path(mw_home) / "studies" / "fake" / "trial-1" / "hypertune.metrics"
+    assert '"trial": "99"' in metric_file.read_text()  # written, and refused
+    assert metric_file.stat().st_mode & 0o777 == 0o600
+    assert metric_file.parent.stat().st_mode & 0o777 == 0o700
+    assert (Path(mw_home) / "studies" / "studies.db").stat().st_mode & 0o777 == 0o600

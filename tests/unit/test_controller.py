@@ -223,12 +223,25 @@ def test_malformed_metric_values_never_end_the_job(tmp_path):
     bad = [b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": [1]}\n',
            b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "images_per_sec": "fast"}\n',
            b'MULTIWORKER_METRIC {"kind": "progress", "epoch": 1, "step": "2"}\n',
-           b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": true}\n']
+           b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": true}\n',
+           *(b'MULTIWORKER_METRIC {"kind": "epoch", "%s": %d}\n' % (key.encode(), value)
+             for key, value in (("epoch", 2**63), ("epochs", 2**64), ("step", 10**30), ("steps", 2**63)))]
     store, job_id = make_job(tmp_path)
     obs = Recorder()
     group = FakeGroup([{W0: [RUNNING] * 5 + [0], W1: [RUNNING] * 5 + [0]}], logs={W0: bad, W1: bad[::-1]})
     assert drive(store, job_id, group, obs) is JobState.SUCCEEDED
     assert store.metrics(job_id, "epoch") == [] and obs.events.count("BadMetricLine") == 2
+
+
+def test_a_huge_integer_in_a_free_field_is_stored_but_never_drawn(tmp_path):
+    from multiworker.metrics_line import metric_values
+
+    line = b'MULTIWORKER_METRIC {"kind": "epoch", "epoch": 1, "accuracy": 0.5, "big": %d}\n' % 10**400
+    store, job_id = make_job(tmp_path)
+    group = FakeGroup([{W0: [RUNNING] * 3 + [0], W1: [0]}], logs={W0: [line]})
+    assert drive(store, job_id, group, Recorder()) is JobState.SUCCEEDED
+    (row,) = store.metrics(job_id, "epoch")
+    assert metric_values(row["data"]) == {"accuracy": 0.5}
 
 
 def test_injection_at_an_epoch_fires_when_the_replica_reports_it(tmp_path):

@@ -119,7 +119,7 @@ def test_an_exit_read_together_with_its_fork_is_not_lost(server, project, tmp_pa
     real_sleep = time.sleep
     monkeypatch.setattr(forkserver.time, "sleep", lambda seconds: real_sleep(max(seconds, 0.5)))
     child = server.fork("pkg.quick", [], project, child_environ({}), tmp_path / "quick.log")
-    assert child.poll() == 4
+    assert child.wait(timeout=60) == 4  # a lost exit would never come
 
 
 def test_signals_reach_the_replica_group(server, project, tmp_path):
@@ -127,7 +127,7 @@ def test_signals_reach_the_replica_group(server, project, tmp_path):
     assert _wait(lambda: "sleeping" in log.read_text())
     assert child.poll() is None and os.getsid(child.pid) == child.pid
     os.killpg(child.pid, signal.SIGTERM)
-    assert child.wait(timeout=10) == -signal.SIGTERM
+    assert child.wait(timeout=60) == -signal.SIGTERM
 
 
 def test_children_die_with_their_zygote(project, tmp_path):
@@ -137,7 +137,7 @@ def test_children_die_with_their_zygote(project, tmp_path):
     child, log = _fork(srv, project, tmp_path, "sleep")
     assert _wait(lambda: "sleeping" in log.read_text())
     srv.proc.kill()
-    assert child.wait(timeout=10) == -signal.SIGKILL
+    assert child.wait(timeout=60) == -signal.SIGKILL
     assert _wait(lambda: not pid_alive(child.pid))
     with pytest.raises(OSError, match="fork server is gone"):
         srv.fork("pkg.task", ["0"], project, env, tmp_path / "late.log")

@@ -356,3 +356,32 @@ def test_cli_convert_error_is_one_line_exit_2(mw_home):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0
     assert "run_policy.success_policy: on Vertex AI the chief's exit decides the job" in proc.stderr
+
+
+@pytest.mark.parametrize("name, expected", [("1234", "job-1234"), ("My_Job", "my-job"), ("9.Lives", "job-9-lives")],
+                         ids=["digits", "case", "digit-first"])
+def test_tfjob_names_are_rfc_1035(tmp_path, name, expected):
+    from multiworker.spec.formats import parse_job
+    from multiworker.spec.formats.convert import convert
+
+    path = tmp_path / "j.yaml"
+    path.write_text(f"name: '{name}'\nmodule: m\nimage: gcr.io/p/t:v1\npools: {{worker: {{replicas: 2}}}}\n")
+    doc, notes = convert(parse_job(path), "tfjob", source=str(path))
+    assert doc["metadata"]["name"] == expected
+    assert any(expected in n for n in notes)
+
+
+def test_tfjob_replica_service_names_over_63_characters_are_one_line_error(tmp_path):
+    from multiworker.errors import SpecError
+    from multiworker.spec.formats import parse_job
+    from multiworker.spec.formats.convert import convert
+
+    path = tmp_path / "j.yaml"
+    path.write_text(f"name: {'a' * 50}\nmodule: m\nimage: gcr.io/p/t:v1\npools: {{chief: {{replicas: 1}}, "
+                    "worker: {replicas: 12}}\n")
+    doc, _ = convert(parse_job(path), "tfjob", source=str(path))  # a-...-worker-11: 60 characters, fits
+    assert doc["metadata"]["name"] == "a" * 50
+    path.write_text(f"name: {'a' * 60}\nmodule: m\nimage: gcr.io/p/t:v1\npools: {{worker: {{replicas: 2}}}}\n")
+    with pytest.raises(SpecError, match=r"name: .*'a{60}-worker-1' 69 characters; Kubernetes allows 63: "
+                                        r"shorten the name to 54 "):
+        convert(parse_job(path), "tfjob", source=str(path))

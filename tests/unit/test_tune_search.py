@@ -39,12 +39,60 @@ def test_best_measurement_follows_the_goal():
     assert hypertune.final_value([], measurement="LAST_MEASUREMENT", goal="MAXIMIZE") is None
 
 
-def test_shared_default_file_is_filtered_by_trial_and_time(tmp_path):
+def test_lines_are_filtered_by_trial_and_time(tmp_path):
     path = tmp_path / "output.metrics"
     _lines(path, [{"loss": "1", "trial": "2", "timestamp": 5.0, "global_step": "1"},
                   {"loss": "2", "trial": "3", "timestamp": 20.0, "global_step": "1"},
                   {"loss": "3", "trial": "2", "timestamp": 20.0, "global_step": "1"}])
     assert [m.value for m in hypertune.read_measurements(path, "loss", trial="2", since=10.0)] == [3.0]
+
+
+def test_lines_of_another_trial_are_dropped_and_unnamed_ones_kept(tmp_path):
+    path = tmp_path / "hypertune.metrics"
+    _lines(path, [{"loss": "0.001", "trial": "7"}, {"loss": "2"}, {"loss": "3", "trial": "2"}])
+    assert [m.value for m in hypertune.read_measurements(path, "loss", trial="2")] == [2.0, 3.0]
+
+
+@pytest.mark.parametrize("kind", ["symlink", "fifo", "directory"])
+def test_a_metric_file_that_is_not_a_regular_file_is_refused(tmp_path, kind):
+    import os
+
+    path = tmp_path / "hypertune.metrics"
+    if kind == "symlink":
+        target = tmp_path / "elsewhere"
+        _lines(target, [{"loss": "0.001"}])
+        path.symlink_to(target)
+    elif kind == "fifo":
+        os.mkfifo(path)  # opening it for reading must not block
+    else:
+        path.mkdir()
+    with pytest.raises(hypertune.MetricFileRefused, match=f"{path} is a {'FIFO' if kind == 'fifo' else kind}: refused"):
+        hypertune.read_measurements(path, "loss")
+
+
+def test_a_huge_metric_file_is_read_from_its_end_only(tmp_path):
+    path = tmp_path / "hypertune.metrics"
+    with path.open("w") as fh:
+        fh.write(json.dumps({"loss": "0.5"}) + "\n")
+        fh.write("x" * (3 * hypertune.MAX_BYTES) + "\n")
+        fh.write(json.dumps({"loss": "1.5", "global_step": "9"}) + "\n")
+    assert [m.value for m in hypertune.read_measurements(path, "loss")] == [1.5]
+
+
+def test_a_trial_never_reads_the_shared_default_file(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from multiworker.tune.runner import Tuner, _Running
+
+    planted = tmp_path / "output.metrics"  # what any local user could write
+    _lines(planted, [{"loss": "0.0000001", "global_step": "1"}, {"loss": "0.0000001", "trial": "1"}])
+    monkeypatch.setattr(hypertune, "DEFAULT_METRIC_FILE", str(planted))
+    run = _Running(trial=None, number=1, job_id="feed0001", proc=None, metric_file=tmp_path / "trial-1.metrics",
+                   started=0.0)
+    tuner = SimpleNamespace(study=SimpleNamespace(metric="loss"))
+    assert Tuner._measurements(tuner, run) == []
+    (tmp_path / "trial-1.metrics").symlink_to(planted)
+    assert Tuner._measurements(tuner, run) == [] and "is a symlink: refused" in run.refused
 
 
 STUDY = Study(metric="loss", goal="MINIMIZE", max_trials=12, params=(

@@ -107,6 +107,62 @@ def test_output_files_listing_file_and_no_way_out(client, store):
         assert "root:" not in r.text
 
 
+@pytest.mark.parametrize("name", ["page.html", "pic.svg", "feed.xml", "app.js", "x.xhtml", "noext"])
+def test_job_files_that_a_browser_would_run_are_served_as_sandboxed_text(client, store, name):
+    record_job(store, "feed0001")
+    out = store.home / "jobs" / "feed0001" / "output"
+    (out / name).write_text("<script>fetch('/api/jobs/feed0001/delete', {method: 'POST'})</script>")
+    r = client.get(f"/jobs/feed0001/files/{name}")
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/plain")
+    assert r.headers["content-security-policy"].startswith("sandbox")
+    assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_passive_job_files_keep_their_type_under_the_sandbox(client, store):
+    record_job(store, "feed0001")
+    out = store.home / "jobs" / "feed0001" / "output"
+    (out / "curve.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    r = client.get("/jobs/feed0001/files/curve.png")
+    assert r.headers["content-type"] == "image/png" and "sandbox" in r.headers["content-security-policy"]
+
+
+@pytest.mark.parametrize("path", ["/", "/jobs/feed0001", "/jobs/feed0001/files/", "/api/jobs", "/jobs/nope",
+                                  "/static/job.js"])
+def test_every_response_has_a_content_security_policy(client, store, path):
+    record_job(store, "feed0001")
+    csp = client.get(path).headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "object-src 'none'" in csp and "frame-ancestors 'none'" in csp
+
+
+def test_nul_in_a_file_path_and_a_fifo_are_clean_400s(client, store):
+    import os
+
+    record_job(store, "feed0001")
+    out = store.home / "jobs" / "feed0001" / "output"
+    os.mkfifo(out / "pipe")
+    assert client.get("/jobs/feed0001/files/").status_code == 200  # listed
+    for bad in ("pipe", "a%00b", "model%00/x"):
+        r = client.get(f"/jobs/feed0001/files/{bad}")
+        assert r.status_code == 400, bad
+        assert "Traceback" not in r.text
+
+
+def test_loopback_addresses_other_than_127_0_0_1_are_loopback_hosts(client):
+    assert client.get("/api/jobs", headers={"host": "127.0.0.2:8265"}).status_code == 200
+    assert client.get("/api/jobs", headers={"host": "[::1]:8265"}).status_code == 200
+    assert client.get("/api/jobs", headers={"host": "127.0.0.2.evil.example:8265"}).status_code == 400
+
+
+def test_token_redirect_never_leaves_the_site(mw_home):
+    app = create_app(mw_home, token=TOKEN, remote=True)
+    with TestClient(app, base_url="http://192.0.2.10:8265") as c:
+        for path in ("//evil.com/", "///evil.com/x", "/\\evil.com/"):
+            r = c.get(f"{path}?token={TOKEN}", follow_redirects=False)
+            location = r.headers.get("location", "")
+            assert r.status_code == 303 and location.startswith("/") and location[1:2] not in ("/", "\\"), path
+
+
 # -- JSON API ---------------------------------------------------------------------------------
 def test_api_jobs_lists_every_job_with_headline(client, store):
     record_job(store, "feed0001", state="Succeeded")
@@ -156,14 +212,11 @@ def test_series_of_20000_samples_is_cut_for_the_browser_and_keeps_the_peak(clien
     rows[12_345] = ("feed0001", rows[12_345][1], rows[12_345][2], 999.0, 100 << 20)  # one spike
     with store.transaction() as conn:
         conn.executemany("INSERT INTO samples (job_id, ts, replica, cpu_percent, rss_bytes) VALUES (?, ?, ?, ?, ?)", rows)
-    started = time.monotonic()
     s = client.get("/api/jobs/feed0001/series?points=800").json()
-    elapsed = time.monotonic() - started
     assert s["samples_total"] >= 20_000
     for replica in ("worker-0", "worker-1"):
         assert 400 <= len(s["cpu_percent"][replica]) <= 800
     assert max(y for _, y in s["cpu_percent"][rows[12_345][2]]) == 999.0
-    assert elapsed < 5, elapsed
     assert client.get("/api/jobs/feed0001/series?points=999999").status_code == 400
 
 
@@ -184,6 +237,11 @@ def test_api_logs_tail_attempt_replica_and_raw(client, store):
     assert client.get("/api/jobs/feed0001/logs").json()["replica"] == "chief-0"  # the primary by default
     assert client.get("/api/jobs/feed0001/logs?replica=worker-9").status_code == 400
     assert client.get("/api/jobs/feed0001/logs?attempt=5").status_code == 400
+    log = store.home / "jobs" / "feed0001" / "attempt_1" / "worker-0.log"
+    with open(log, "a") as f:
+        f.write("x" * 3_000_000 + "\nshort\n" + "y" * 20_000)
+    tail = client.get("/api/jobs/feed0001/logs?replica=worker-0&tail=3").json()["lines"]
+    assert [len(line) for line in tail] == [10_006, 5, 10_006] and tail[0].endswith(" [...]")
     raw = client.get("/api/jobs/feed0001/logs/raw?replica=worker-0")
     assert raw.headers["content-type"].startswith("text/plain")
     assert raw.text.splitlines()[0] == "worker-0 attempt 1 line 0"

@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 from multiworker.policy import exit_description
+from multiworker.terminal import printable
 
 __all__ = ["ReplicaFailure", "error_tail", "last_error_line", "summarize"]
 
@@ -29,7 +30,7 @@ def _read_tail(path: Path, max_bytes: int = 64_000) -> list[str]:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return []
-    return [line for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return [line for line in printable(text.replace("\r", "\n")).splitlines() if line.strip()]
 
 
 def error_tail(path: Path, lines: int = _TAIL_LINES) -> list[str]:

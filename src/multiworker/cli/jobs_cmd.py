@@ -294,9 +294,10 @@ def gc(
     dry_run: bool = typer.Option(False, "--dry-run", help="Only show what would be deleted."),
     as_json: bool = JSON_OPT,
 ) -> None:
-    """Delete ended jobs older than a duration (running jobs are never touched)."""
+    """Delete ended jobs older than a duration (running jobs are never touched), and the temporary
+    copies a killed save left in any ended job's output."""
     from multiworker.errors import UserError
-    from multiworker.monitor.lifecycle import gc_jobs
+    from multiworker.monitor.lifecycle import gc_jobs, sweep_leftovers
     from multiworker.spec.model import parse_duration
 
     if older_than.strip().replace(".", "", 1).isdigit():
@@ -306,7 +307,9 @@ def gc(
         seconds = parse_duration(older_than)
     except ValueError as exc:
         raise UserError(f"--older-than: {exc}") from None
-    out = gc_jobs(_store(), seconds, dry_run=dry_run)
+    store = _store()
+    out = gc_jobs(store, seconds, dry_run=dry_run)
+    leftovers = sweep_leftovers(store, dry_run=dry_run)
     if as_json:
         _echo_json(out)
         return
@@ -315,6 +318,9 @@ def gc(
     for r in out:
         console.print(f"{verb} {r['id']} {escape(r['name'])} ({r['state']})")
     console.print(f"{verb} {len(out)} job(s) that ended more than {older_than} ago")
+    if leftovers:
+        console.print(f"{'would remove' if dry_run else 'removed'} {len(leftovers)} temporary cop(ies) a killed save "
+                      f"left in ended jobs' outputs: {escape(', '.join(leftovers[:3]))}{' ...' if len(leftovers) > 3 else ''}")
 
 
 def register(app: typer.Typer) -> None:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from multiworker.cluster import ReplicaId, primary_replica
+from multiworker.job import final_state
 from multiworker.job.ingest import LogIngest
 from multiworker.job.observer import NullObserver, Observer
 from multiworker.job.record import JobRecord
@@ -85,6 +86,7 @@ class Journal:
         if threading.current_thread() is threading.main_thread():
             fields["supervisor_pid"] = os.getpid()
         self._write(self.store.update_job, self.job_id, **fields)
+        final_state.reserve(self.layout.final_state)
 
     @property
     def observed(self) -> bool:
@@ -206,6 +208,8 @@ class Journal:
             fields: dict[str, Any] = {"state": state, "finished_at": now, "message": message, "heartbeat_at": now}
             if restarts is not None:
                 fields["restarts"] = restarts
+            # first where no full disk can stop it; the store may refuse (it is read back then)
+            final_state.write(self.layout.final_state, state.value, message, now)
             self._write(self.store.update_job, self.job_id, tries=_FINAL_TRIES, **fields)
             self.event(reason or state.value, message,
                        warning=state is not JobState.SUCCEEDED if warning is None else warning)

@@ -36,5 +36,10 @@ class LogLayout:
         return self.job_dir / "supervisor.log"
 
     @property
+    def final_state(self) -> Path:
+        """The driver's final state, reserved ahead (:mod:`multiworker.job.final_state`)."""
+        return self.job_dir / "final-state.json"  # final_state.NAME
+
+    @property
     def spec_file(self) -> Path:
         return self.job_dir / "spec.json"

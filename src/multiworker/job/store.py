@@ -9,8 +9,10 @@ process may read, and record an end the driver can no longer record (Lost, Cance
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sqlite3
+import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,8 +21,13 @@ from typing import Any
 
 from multiworker.errors import JobNotFound, UserError
 from multiworker.home import home_dir
+from multiworker.job import final_state
+from multiworker.job.layout import LogLayout
 from multiworker.job.record import JOB_COLUMNS, JobRecord, RunOptions
 from multiworker.job.states import JobState, ReplicaState
+
+log = logging.getLogger(__name__)
+_TERMINAL_VALUES = {s.value for s in JobState if s.is_terminal and s is not JobState.LOST}
 
 __all__ = ["Store", "SCHEMA_VERSION", "MIGRATIONS", "new_job_id"]
 
@@ -100,6 +107,22 @@ def _prepare_home(home: Path) -> None:
     except OSError as exc:
         raise UserError(f"MULTIWORKER_HOME {home}: cannot create it ({exc.strerror}); "
                         "point MULTIWORKER_HOME at a writable directory") from None
+    _tighten(home)
+
+
+def _tighten(home: Path) -> None:
+    """An existing home readable by others (0755, say) is made 0700 when it is ours alone to change:
+    not a shared (sticky) directory such as /tmp, nor the user's own home directory."""
+    try:
+        info = home.stat()
+        if info.st_mode & 0o077 == 0 or info.st_uid != os.getuid() or info.st_mode & stat.S_ISVTX \
+                or home.resolve() in (Path.home().resolve(), Path("/")):
+            return
+        home.chmod(0o700)
+    except OSError as exc:  # a read-only file system: reading still works
+        log.debug("could not make %s private: %s", home, exc)
+        return
+    log.warning("MULTIWORKER_HOME %s was readable by other users (%o); it is 0700 now", home, info.st_mode & 0o777)
 
 
 def new_job_id() -> str:
@@ -144,6 +167,9 @@ class Store:
                                 "make MULTIWORKER_HOME writable once to upgrade it")
             self._migrate(migrate_to)
         except sqlite3.DatabaseError as exc:
+            if "disk is full" in str(exc):  # the file is fine: there is no room to write
+                raise UserError(f"{self.path}: cannot use the job store ({exc}); free space on the disk of "
+                                f"{self.home} and retry") from None
             raise UserError(f"{self.path}: cannot use the job store ({exc}); move the file away to start a new "
                             "store, or point MULTIWORKER_HOME elsewhere") from None
         finally:
@@ -229,12 +255,22 @@ class Store:
     def end_job(self, job_id: str, state: JobState, message: str, *, replica_state: ReplicaState) -> bool:
         """For a process other than the job's driver: record a terminal ``state`` unless one is
         recorded already; Pending and Running replicas become ``replica_state``; a warning event
-        says why. True if this call recorded it."""
+        says why. True if this call recorded it.
+
+        Lost is what a gone driver leaves; but when that driver wrote its final state to the file it
+        reserved (the store refused it: a full disk), that state is recorded instead."""
         now = time.time()
         with self.transaction() as conn:
-            row = conn.execute("SELECT state FROM jobs WHERE id = ?", (job_id,)).fetchone()
+            row = conn.execute("SELECT state, job_dir FROM jobs WHERE id = ?", (job_id,)).fetchone()
             if row is None or JobState(row["state"]).is_terminal:
                 return False
+            if state is JobState.LOST and row["job_dir"]:
+                last = final_state.read(LogLayout(Path(row["job_dir"])).final_state)
+                if last is not None and last["state"] in _TERMINAL_VALUES:
+                    state, now = JobState(last["state"]), float(last.get("finished_at") or now)
+                    message = (f"{last.get('message') or ''} (recorded from {final_state.NAME}: the store could "
+                               "not be written when the job ended)").strip()
+                    replica_state = ReplicaState.STOPPED
             conn.execute("UPDATE jobs SET state = ?, finished_at = ?, message = ? WHERE id = ?",
                          (state.value, now, message, job_id))
             conn.execute("UPDATE replicas SET state = ?, finished_at = ? WHERE job_id = ? AND state IN (?, ?)",

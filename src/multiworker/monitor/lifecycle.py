@@ -10,9 +10,11 @@ from pathlib import Path
 from multiworker.backends.base import get_backend
 from multiworker.errors import UserError
 from multiworker.job import Store
+from multiworker.staging import is_staged as sweep_match
+from multiworker.staging import sweep
 from multiworker.status import refresh_liveness
 
-__all__ = ["cancel_job", "delete_job", "gc_jobs"]
+__all__ = ["cancel_job", "delete_job", "gc_jobs", "sweep_leftovers"]
 
 log = logging.getLogger(__name__)
 
@@ -73,4 +75,18 @@ def gc_jobs(store: Store, older_than: float, *, dry_run: bool = False) -> list[d
             out.append({"id": job.id, "name": job.name, "state": job.state, "removed": [], "kept": []})
         else:
             out.append(delete_job(store, job.id))
+    return out
+
+
+def sweep_leftovers(store: Store, *, dry_run: bool = False) -> list[str]:
+    """The temporary model and file copies (``*.tmp-<pid>-<hex>``) that writers killed mid-save left in
+    the output directories of ended jobs: removed (or, with ``dry_run``, only listed)."""
+    out: list[str] = []
+    for job in store.list_jobs():
+        if not job.is_terminal or not job.output_dir:
+            continue
+        if dry_run:
+            out += [str(p) for p in Path(job.output_dir).rglob("*.*-*-*") if sweep_match(p.name)]
+        else:
+            out += sweep(Path(job.output_dir))
     return out

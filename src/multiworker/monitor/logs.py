@@ -98,36 +98,70 @@ def _tail_offset(path: Path, n: int) -> int:
 
 
 class _Tailer:
-    """Reads the complete lines appended to one file since the last call."""
+    """Reads the complete lines appended to one file since the last call.
 
-    def __init__(self, path: Path, offset: int = 0):
+    ``max_line``: keep at most that many bytes of a line (the rest is dropped as it is read and the
+    line ends in " [...]"), so a huge line costs no more memory than a short one.
+    """
+
+    def __init__(self, path: Path, offset: int = 0, *, max_line: int | None = None):
         self.path = path
         self.offset = offset
         self.partial = b""
+        self.max_line = max_line
+        self._cut = False  # the partial line was longer than max_line
 
     def read(self) -> list[str]:
+        if self.max_line is None:
+            try:
+                with open(self.path, "rb") as f:
+                    f.seek(self.offset)
+                    data = f.read()
+            except OSError:
+                return []
+            if not data:
+                return []
+            self.offset += len(data)
+            *lines, self.partial = (self.partial + data).split(b"\n")
+            return [_clean(line) for line in lines]
+        out: list[str] = []
         try:
             with open(self.path, "rb") as f:
                 f.seek(self.offset)
-                data = f.read()
+                while data := f.read(_CHUNK):
+                    self.offset += len(data)
+                    *lines, rest = (self.partial + data).split(b"\n")
+                    for line in lines:
+                        out.append(self._bounded(line))
+                        self._cut = False
+                    self.partial = rest
+                    if len(rest) > self.max_line:
+                        self.partial, self._cut = rest[:self.max_line], True
         except OSError:
-            return []
-        if not data:
-            return []
-        self.offset += len(data)
-        *lines, self.partial = (self.partial + data).split(b"\n")
-        return [_clean(line) for line in lines]
+            pass
+        return out
+
+    def _bounded(self, raw: bytes) -> str:
+        cut = self._cut or len(raw) > self.max_line
+        text = _clean(raw[:self.max_line])
+        return text + " [...]" if cut else text
 
     def flush(self) -> list[str]:
         """The last line even without its newline (the file is complete)."""
         rest, self.partial = self.partial, b""
-        return [_clean(rest)] if rest.strip() else []
+        if not rest.strip():
+            return []
+        line = self._bounded(rest) if self.max_line is not None else _clean(rest)
+        self._cut = False
+        return [line]
 
 
-def read_logs(files: list[tuple[str, Path]], attempt: int, *, tail: int | None = None) -> Iterator[LogLine]:
-    """Every line (or the last ``tail`` lines) of each file, replica after replica."""
+def read_logs(files: list[tuple[str, Path]], attempt: int, *, tail: int | None = None,
+              max_line: int | None = None) -> Iterator[LogLine]:
+    """Every line (or the last ``tail`` lines) of each file, replica after replica; lines longer than
+    ``max_line`` bytes are cut."""
     for name, path in files:
-        tailer = _Tailer(path, _tail_offset(path, tail) if tail is not None else 0)
+        tailer = _Tailer(path, _tail_offset(path, tail) if tail is not None else 0, max_line=max_line)
         for text in tailer.read() + tailer.flush():
             yield LogLine(name, attempt, text)
 

@@ -76,6 +76,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._mark: tuple[float, int] | None = None
         self._saved_at = 0
         self.backups = 0
+        self.written = 0  # backups this worker wrote itself (under MWMS, the chief alone)
         self.save_seconds = 0.0  # spent saving, over the whole fit
         self._fit_start = 0.0
         self._epoch_iterations: int | None = None  # optimizer steps applied when the epoch began
@@ -93,12 +94,13 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         self._chief_saves_alone = mwms and _create_save_counter(self._training_state)
         self._steps, self._next, self._mark, self._saved_at = 0, self.probe_steps, None, 0
         self._call_start = 0
-        self.backups, self.save_seconds, self._fit_start = 0, 0.0, time.monotonic()
+        self.backups, self.written, self.save_seconds, self._fit_start = 0, 0, 0.0, time.monotonic()
 
     def on_train_end(self, logs: Any = None) -> None:
         seconds = time.monotonic() - self._fit_start
-        logger.info("backups: %d taken, %.3f s saving = %.2f%% of %.1f s of training", self.backups,
-                    self.save_seconds, 100 * self.save_seconds / max(seconds, 1e-9), seconds)
+        logger.info("backups: %d taken, %.3f s saving = %.2f%% of %.1f s of training; %d written by this worker",
+                    self.backups, self.save_seconds, 100 * self.save_seconds / max(seconds, 1e-9), seconds,
+                    self.written)
         super().on_train_end(logs)
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
@@ -138,6 +140,7 @@ class StepBackup(keras.callbacks.BackupAndRestore):
         with local_metric_reads() if self._chief_saves_alone else contextlib.nullcontext(False) as local:
             if not local or self.model.distribute_strategy.extended.should_checkpoint:
                 super()._backup(epoch=epoch, batch=batch)
+                self.written += 1
         self.backups += 1
         self.save_seconds += time.monotonic() - start
 

@@ -10,8 +10,9 @@ import json
 import logging
 import os
 import shutil
-import uuid
 from typing import Any
+
+from multiworker import staging
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +77,8 @@ def write_text_atomic(path: str, text: str) -> None:
             f.write(text)
         return
     os.makedirs(parent or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging.remove_stale_siblings(path)
+    tmp = staging.temp_sibling(path, "tmp")
     try:
         with open(tmp, "w", encoding="utf-8") as f:
             f.write(text)
@@ -86,6 +88,7 @@ def write_text_atomic(path: str, text: str) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        staging.done(tmp)
 
 
 def write_json_atomic(path: str, data: Any) -> None:
@@ -107,10 +110,7 @@ def remove(path: str) -> None:
         os.unlink(path)
 
 
-def temp_sibling(path: str, tag: str) -> str:
-    """A fresh name next to ``path`` (same filesystem, so a rename is atomic)."""
-    path = path.rstrip("/")
-    return f"{path}.{tag}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+temp_sibling = staging.temp_sibling
 
 
 _RENAME_EXCHANGE = 2  # linux/fs.h
@@ -155,4 +155,6 @@ def publish_dir(tmp: str, target: str) -> None:
     except OSError:
         os.rename(old, target)
         raise
+    finally:
+        staging.done(old)
     shutil.rmtree(old, ignore_errors=True)

@@ -8,6 +8,7 @@ import shutil
 import tempfile
 from typing import Any
 
+from multiworker import staging
 from multiworker.trainer import _fs
 from multiworker.trainer._context import Context, context
 from multiworker.trainer._report import emit
@@ -41,6 +42,7 @@ def save_model(model: Any, *, ctx: Context | None = None, path: str | None = Non
         return target
     target = os.path.abspath(target)
     os.makedirs(os.path.dirname(target), exist_ok=True)
+    staging.remove_stale_siblings(target)  # a save a kill interrupted (SIGKILL runs no cleanup)
     tmp = _fs.temp_sibling(target, "tmp")
     try:
         model.save(tmp, **save_kwargs)
@@ -48,6 +50,7 @@ def save_model(model: Any, *, ctx: Context | None = None, path: str | None = Non
     finally:
         if os.path.exists(tmp):
             shutil.rmtree(tmp, ignore_errors=True)
+        staging.done(tmp)
     logger.info("saved model to %s", target)
     return target
 

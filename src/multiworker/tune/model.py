@@ -27,6 +27,13 @@ MEASUREMENTS = ("LAST_MEASUREMENT", "BEST_MEASUREMENT")
 DEFAULT_METRIC_TAG = "training/hptuning/metric"
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+# Caps, so that a config cannot ask for more than a machine can hold or a float can say.
+MAX_PARAMS = 100
+MAX_VALUES = 10_000  # values of one CATEGORICAL or DISCRETE parameter
+MAX_CATEGORY = 1_000  # characters of one categorical value
+MAX_GRID = 100_000  # points GRID_SEARCH enumerates
+MAX_INTEGER = 2**53  # INTEGER bounds: exact as floats (Optuna stores parameters as floats)
+MAX_DOUBLE = 1e300  # DOUBLE bounds: max - min stays finite
 
 
 class _Frozen(BaseModel):
@@ -73,13 +80,12 @@ class Study(_Frozen):
         return next(p for p in self.params if p.name == name)
 
     def grid_size(self) -> int | None:
-        """How many points GRID_SEARCH can try (None if a parameter has no grid)."""
+        """How many points GRID_SEARCH can try (None if a parameter has no grid); counted, not listed."""
         size = 1
         for p in self.params:
-            grid = p.grid()
-            if grid is None:
+            if p.type == "DOUBLE":
                 return None
-            size *= len(grid)
+            size *= int(p.max_value) - int(p.min_value) + 1 if p.type == "INTEGER" else len(p.values or ())
         return size
 
 
@@ -114,11 +120,14 @@ def make_param(*, name: str, type: str, min_value=None, max_value=None, values=N
     if type in ("DOUBLE", "INTEGER"):
         if values is not None:
             fail("values", f"a {type} parameter takes minValue and maxValue, not a list of values; remove it")
+        cap = MAX_INTEGER if type == "INTEGER" else MAX_DOUBLE
         for key, v in (("min", min_value), ("max", max_value)):
             if v is None:
                 fail(key, f"is required for a {type} parameter")
             if not math.isfinite(v):
                 fail(key, f"is {v}; give a finite number")
+            if abs(v) > cap:
+                fail(key, f"is {v:g}; a {type} bound must lie between -{cap:g} and {cap:g}")
             if type == "INTEGER" and float(v) != int(v):
                 fail(key, f"is {v}; an INTEGER parameter needs whole numbers")
         if min_value >= max_value:
@@ -130,13 +139,24 @@ def make_param(*, name: str, type: str, min_value=None, max_value=None, values=N
         fail("min" if min_value is not None else "max", f"does not apply to a {type} parameter; list its values instead")
     if not values:
         fail("values", f"is required for a {type} parameter: give at least one value")
+    if len(values) > MAX_VALUES:
+        fail("values", f"has {len(values)} values; at most {MAX_VALUES}")
     if type == "CATEGORICAL":
         if scale is not None:
             fail("scale", "does not apply to a CATEGORICAL parameter; remove it")
         if len(set(values)) != len(values):
             fail("values", "has repeated values; list each category once")
+        for v in values:
+            text = str(v)
+            if "\0" in text:
+                fail("values", f"{text[:40]!r} holds a NUL character, which no program argument can; remove it")
+            if len(text) > MAX_CATEGORY:
+                fail("values", f"has a value of {len(text)} characters; at most {MAX_CATEGORY}")
         return Param(name=name, type=type, values=tuple(str(v) for v in values))
     numbers = [float(v) for v in values]
+    bad = next((v for v in numbers if not math.isfinite(v) or abs(v) > MAX_DOUBLE), None)
+    if bad is not None:
+        fail("values", f"holds {bad}; give finite numbers between -{MAX_DOUBLE:g} and {MAX_DOUBLE:g}")
     if any(b <= a for a, b in zip(numbers, numbers[1:])):
         fail("values", f"{values} is not strictly increasing; sort the values and drop repeats")
     return Param(name=name, type=type, values=tuple(numbers), scale=scale)
@@ -149,6 +169,8 @@ def check_study(study: Study, *, source: str, fields: dict[str, str]) -> Study:
 
     if not study.params:
         fail("params", "lists no parameters; give at least one to tune")
+    if len(study.params) > MAX_PARAMS:
+        fail("params", f"lists {len(study.params)} parameters; at most {MAX_PARAMS}")
     seen: set[str] = set()
     for p in study.params:
         if p.name in seen:
@@ -161,10 +183,14 @@ def check_study(study: Study, *, source: str, fields: dict[str, str]) -> Study:
     if study.max_failed_trials < 0:
         fail("max_failed_trials", f"is {study.max_failed_trials}; give 0 (the default rule) or more")
     if study.algorithm == "GRID_SEARCH":
-        doubles = [p.name for p in study.params if p.grid() is None]
+        doubles = [p.name for p in study.params if p.type == "DOUBLE"]
         if doubles:
             fail("algorithm", f"GRID_SEARCH needs INTEGER, CATEGORICAL or DISCRETE parameters; {doubles[0]} is "
                               "DOUBLE: make it DISCRETE with the values to try, or use RANDOM_SEARCH")
+        size = study.grid_size() or 0
+        if size > MAX_GRID:
+            fail("algorithm", f"the grid has {size:,} points; GRID_SEARCH takes at most {MAX_GRID:,}: narrow the "
+                              "ranges, list fewer values, or use RANDOM_SEARCH")
     if not study.metric or " " in study.metric:
         fail("metric", f"{study.metric!r} is not a metric tag; give the tag the trainer reports (no spaces)")
     return study

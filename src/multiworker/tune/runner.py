@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from multiworker.job import Store
+from multiworker.private_files import write_private_text
 from multiworker.spec.load import LoadedSpec
 from multiworker.status import refresh_liveness
 from multiworker.tune import hypertune, search
@@ -48,6 +49,7 @@ class _Running:
     metric_file: Path
     started: float
     reported: set = dataclasses.field(default_factory=set)
+    refused: str | None = None  # why the metric file was not read
 
 
 class Tuner:
@@ -131,9 +133,10 @@ class Tuner:
         values = search.suggest(trial, self.study)
         args = [p.arg(values[p.name]) for p in self.study.params]
         trial_dir = self.trials_dir / f"trial-{number}"
-        trial_dir.mkdir(parents=True, exist_ok=True)
+        trial_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         metric_file = trial_dir / "hypertune.metrics"
         metric_file.unlink(missing_ok=True)
+        write_private_text(metric_file, "")  # 0600: the trial's alone
         loaded = self._trial_spec(number, metric_file)
         job_id = create_trial_job(self.store, loaded, backend=self.setup.backend,
                                   backend_options=self.setup.backend_options,
@@ -159,15 +162,14 @@ class Tuner:
             update["threads_per_replica"] = max(1, (os.cpu_count() or 1) // (replicas * self.parallel))
         return dataclasses.replace(loaded, spec=spec.model_copy(update=update))
 
-    def _measurements(self, run: _Running, *, final: bool) -> tuple[list, str]:
-        found = hypertune.read_measurements(run.metric_file, self.study.metric)
-        if found or not final:
-            return found, str(run.metric_file)
-        # A trainer that ignores CLOUD_ML_HP_METRIC_FILE writes the library's default file: take
-        # this trial's lines (its CLOUD_ML_TRIAL_ID, written since it started).
-        found = hypertune.read_measurements(hypertune.DEFAULT_METRIC_FILE, self.study.metric,
-                                            trial=str(run.number), since=run.started)
-        return found, hypertune.DEFAULT_METRIC_FILE
+    def _measurements(self, run: _Running) -> list:
+        """The trial's reports from its own file (never the shared default one: anyone may write that)."""
+        try:
+            return hypertune.read_measurements(run.metric_file, self.study.metric, trial=str(run.number))
+        except hypertune.MetricFileRefused as exc:
+            if run.refused is None:
+                run.refused = str(exc)
+            return []
 
     def _poll(self, run: _Running) -> None:
         done = run.proc.poll() is not None
@@ -179,7 +181,8 @@ class Tuner:
             return
         job = refresh_liveness(self.store, run.job_id)  # a driver that died unrecorded: Lost
         state = job.state
-        measurements, source = self._measurements(run, final=True)
+        measurements = self._measurements(run)
+        source = str(run.metric_file)
         if self.study.early_stopping:
             self._report(run, measurements)
         value = hypertune.final_value(measurements, measurement=self.study.measurement, goal=self.study.goal)
@@ -187,6 +190,8 @@ class Tuner:
         run.trial.set_user_attr("job_state", state)
         if state != "Succeeded":
             self._tell(run, "failed", value, f"job {run.job_id} {state}: {job.message or ''}".strip())
+        elif run.refused is not None:
+            self._tell(run, "failed", None, run.refused)
         elif value is None:
             self._tell(run, "failed", None, f"no {self.study.metric!r} report in {run.metric_file}: report it with "
                        f"hypertune's report_hyperparameter_tuning_metric(hyperparameter_metric_tag="
@@ -197,7 +202,7 @@ class Tuner:
     def _report(self, run: _Running, measurements: list | None = None) -> bool:
         """Pass new intermediate values to the pruner; True if it says stop."""
         if measurements is None:
-            measurements, _ = self._measurements(run, final=False)
+            measurements = self._measurements(run)
         steps = hypertune.by_step(measurements)
         new = sorted(set(steps) - run.reported)
         for step in new:

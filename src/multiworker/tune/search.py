@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 from pathlib import Path
 
 from multiworker.errors import UserError
@@ -37,7 +38,13 @@ def storage(home: Path):
     """Optuna's RDB storage on MULTIWORKER_HOME/studies/studies.db."""
     optuna = _optuna()
     folder = studies_dir(home)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)
+    db = folder / "studies.db"
+    os.close(os.open(db, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))  # SQLite's journals take its mode
+    for path in (db, folder / "studies.db-wal", folder / "studies.db-shm", folder / "studies.db-journal"):
+        if path.exists():
+            path.chmod(0o600)
     return optuna.storages.RDBStorage(f"sqlite:///{folder / 'studies.db'}",
                                       engine_kwargs={"connect_args": {"timeout": 30}})
 

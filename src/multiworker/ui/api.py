@@ -12,14 +12,14 @@ import time
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, StreamingResponse
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from multiworker.errors import JobNotFound, UserError
 from multiworker.monitor.lifecycle import cancel_job, delete_job
 from multiworker.monitor.logs import log_files, read_logs
 from multiworker.status import primary_name
-from multiworker.ui.logstream import LogStream, parse_resume, sse_message
+from multiworker.ui.logstream import MAX_LINE, LogStream, parse_resume, sse_message
 
 __all__ = ["routes"]
 
@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 _MAX_POINTS = 5000
 _POLL = 0.3
 _KEEPALIVE = 15.0
+MAX_STREAMS = 32  # live log streams open at once; each holds the store open
 
 
 def _int(request: Request, name: str, default: int | None, *, low: int = 0, high: int | None = None) -> int | None:
@@ -79,14 +80,15 @@ def _replica(request: Request, store, job_id: str) -> str:
 
 
 def logs(request: Request) -> JSONResponse:
-    """The last ``tail`` lines (default 1000) of one replica's log in one attempt (default the latest)."""
+    """The last ``tail`` lines (default 1000) of one replica's log in one attempt (default the latest),
+    each cut at MAX_LINE as the live stream does."""
     job_id = _job_id(request)
     tail = _int(request, "tail", 1000, low=0, high=100_000)
     store = request.app.state.views.store()
     try:
         replica = _replica(request, store, job_id)
         shown, files = log_files(store, job_id, attempt=_int(request, "attempt", None), replica=replica)
-        lines = [line.text for line in read_logs(files, shown, tail=tail)]
+        lines = [line.text for line in read_logs(files, shown, tail=tail, max_line=MAX_LINE)]
     finally:
         store.close()
     return JSONResponse({"replica": replica, "attempt": shown, "lines": lines})
@@ -108,11 +110,15 @@ def log_raw(request: Request) -> FileResponse:
                         filename=f"{job_id}-attempt_{shown}-{replica}.log")
 
 
-async def log_stream(request: Request) -> StreamingResponse:
+async def log_stream(request: Request) -> Response:
     """Server-sent events: ``attempt``, ``lines`` (id ``attempt:offset``), then ``end`` or ``gone``.
     Resumes after the Last-Event-ID header (a reconnecting EventSource) or ``?from=attempt:offset``."""
     views = request.app.state.views
     job_id = await run_in_threadpool(_job_id, request)
+    open_streams = request.app.state.streams
+    if len(open_streams) >= MAX_STREAMS:
+        return JSONResponse({"error": f"{MAX_STREAMS} live log streams are open, the most the dashboard serves; "
+                                      "close some pages and retry"}, status_code=503, headers={"retry-after": "5"})
     store = await run_in_threadpool(views.store)
     try:
         replica = await run_in_threadpool(_replica, request, store, job_id)
@@ -126,9 +132,12 @@ async def log_stream(request: Request) -> StreamingResponse:
         raise
     stopping = request.app.state.stopping
 
+    token = object()
+
     async def events():
         loop = asyncio.get_running_loop()
         quiet_since = loop.time()
+        open_streams.add(token)
         try:
             yield "retry: 2000\n\n"
             while not stopping():
@@ -145,6 +154,7 @@ async def log_stream(request: Request) -> StreamingResponse:
                 if not any(e["event"] == "attempt" and e["data"].get("restart") for e in batch):
                     await asyncio.sleep(_POLL)
         finally:
+            open_streams.discard(token)
             store.close()
 
     return StreamingResponse(events(), media_type="text/event-stream",

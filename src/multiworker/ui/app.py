@@ -23,7 +23,7 @@ from multiworker import __version__
 from multiworker.errors import JobNotFound, UserError
 from multiworker.job import JobRecord
 from multiworker.ui import api
-from multiworker.ui.files import listing, resolve_inside
+from multiworker.ui.files import FILE_CSP, listing, resolve_inside, served_type
 from multiworker.ui.security import Guard, new_token
 from multiworker.ui.tensorboards import TensorBoards
 from multiworker.ui.views import Views
@@ -75,7 +75,8 @@ def files_page(request: Request) -> Response:
     relative = request.path_params.get("path", "")
     target = resolve_inside(root, relative)
     if target.is_file():
-        return FileResponse(target, content_disposition_type="inline")
+        return FileResponse(target, media_type=served_type(target), content_disposition_type="inline",
+                            headers={"content-security-policy": FILE_CSP})
     if relative and not relative.endswith("/"):
         return RedirectResponse(request.url.path + "/", status_code=307)
     parent = str(Path(relative.rstrip("/")).parent) if relative.strip("/") else None
@@ -145,4 +146,5 @@ def create_app(home: Path | str | None = None, *, token: str | None = None, remo
     app.state.token = token
     app.state.remote = remote
     app.state.stopping = stopping or (lambda: False)
+    app.state.streams = set()  # the live log streams open now
     return app

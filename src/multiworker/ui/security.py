@@ -2,8 +2,9 @@
 server printed, for every page and API read; every action (POST) needs the token in a header
 whatever the bind address, which no cross-site form or script can send.
 
-Also refused: a Host header that is not this machine's loopback name when bound to loopback (DNS
-rebinding), and a POST whose Origin is another site.
+Also refused: a Host header that is not a loopback name or address when bound to loopback (DNS
+rebinding), and a POST whose Origin is another site. Every response carries a Content-Security-Policy
+(scripts and connections from this origin only, no frames, no plugins) and ``nosniff``.
 """
 
 from __future__ import annotations
@@ -15,14 +16,15 @@ import secrets
 from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode, urlsplit
 
-__all__ = ["Guard", "TOKEN_HEADER", "TOKEN_COOKIE", "TOKEN_QUERY", "is_loopback", "new_token"]
+__all__ = ["Guard", "PAGE_CSP", "TOKEN_HEADER", "TOKEN_COOKIE", "TOKEN_QUERY", "is_loopback", "new_token"]
 
 log = logging.getLogger(__name__)
 
 TOKEN_HEADER = "x-multiworker-token"
 TOKEN_COOKIE = "multiworker_token"
 TOKEN_QUERY = "token"
-_LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1", "[::1]"}
+PAGE_CSP = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+            "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
 
 
 def new_token() -> str:
@@ -57,13 +59,16 @@ class Guard:
         return bool(candidate) and secrets.compare_digest(candidate.encode(), self.token.encode())
 
     async def __call__(self, scope, receive, send):
-        if scope["type"] != "http" or scope["path"].startswith("/static/"):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        send = _with_security_headers(send)
+        if scope["path"].startswith("/static/"):
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host", "")
-        if not self.remote and _host_name(host).lower() not in _LOOPBACK_NAMES:
+        if not self.remote and not is_loopback(_host_name(host).lower()):
             return await _deny(send, 400, f"unexpected Host header {host!r}: this dashboard answers to "
-                                          "127.0.0.1 or localhost only")
+                                          "a loopback address or localhost only")
         method = scope["method"]
         if method not in ("GET", "HEAD", "POST"):
             return await _deny(send, 405, f"{method} is not allowed")
@@ -84,12 +89,28 @@ class Guard:
         if self._ok(query.get(TOKEN_QUERY)) and not scope["path"].startswith("/api/"):
             # A page opened from the printed URL: keep the token in a cookie, drop it from the address bar.
             rest = urlencode([(k, v) for k, v in query.items() if k != TOKEN_QUERY])
-            location = scope["path"] + (f"?{rest}" if rest else "")
+            # one leading slash: "//evil.com/" would be another site's address
+            location = "/" + scope["path"].lstrip("/\\") + (f"?{rest}" if rest else "")
             return await _redirect_with_cookie(send, location, self.token)
         if self._ok(header_token) or self._ok(cookie_token) or self._ok(query.get(TOKEN_QUERY)):
             return await self.app(scope, receive, send)
         return await _deny(send, 401, "this dashboard needs its token: open the URL `multiworker ui` printed "
                                       f"(…?{TOKEN_QUERY}=…) or send the {TOKEN_HEADER} header")
+
+
+def _with_security_headers(send):
+    """``send`` adding the page policy (unless the app set its own) and ``nosniff`` to every response."""
+    async def wrapped(message):
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            names = {k.lower() for k, _ in headers}
+            if b"content-security-policy" not in names:
+                headers.append((b"content-security-policy", PAGE_CSP.encode()))
+            if b"x-content-type-options" not in names:
+                headers.append((b"x-content-type-options", b"nosniff"))
+            message = {**message, "headers": headers}
+        await send(message)
+    return wrapped
 
 
 async def _deny(send, status: int, message: str) -> None:

@@ -2,6 +2,7 @@
 
 The socket is bound here (so ``--port 0`` can print the port it got, and a taken port is a one-line
 error) and handed to uvicorn already listening: a browser opened at once just waits in the backlog.
+Connections are capped and slow clients timed out (:mod:`multiworker.ui.connections`).
 """
 
 from __future__ import annotations
@@ -18,11 +19,12 @@ from pathlib import Path
 from multiworker.errors import UserError
 from multiworker.ui.security import TOKEN_QUERY, is_loopback, new_token
 
-__all__ = ["DEFAULT_PORT", "bind", "serve", "url_for"]
+__all__ = ["DEFAULT_PORT", "READ_TIMEOUT", "bind", "serve", "server_config", "url_for"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_PORT = 8265
+READ_TIMEOUT = 10.0  # seconds a client has to send a whole request
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -52,6 +54,19 @@ def url_for(host: str, port: int, token: str | None) -> str:
     return f"http://{shown}:{port}/" + (f"?{TOKEN_QUERY}={token}" if token else "")
 
 
+def server_config(app, *, max_connections: int | None = None, read_timeout: float = READ_TIMEOUT):
+    """The uvicorn config the dashboard runs with: capped connections, timed-out slow clients."""
+    import uvicorn
+
+    from multiworker.ui.connections import bounded_protocol, connection_cap, raise_open_file_limit
+
+    if max_connections is None:
+        max_connections = connection_cap(raise_open_file_limit())
+    return uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3,
+                          lifespan="on", server_header=False, http=bounded_protocol(max_connections, read_timeout),
+                          timeout_keep_alive=min(5, int(read_timeout)) or 1)
+
+
 def serve(home: Path | None = None, *, host: str = "127.0.0.1", port: int = DEFAULT_PORT,
           open_browser: bool = False, on_ready: Callable[[str, bool], None] | None = None) -> int:
     """Serve until interrupted; ``on_ready(url, remote)`` once the socket listens. Returns 0."""
@@ -66,9 +81,7 @@ def serve(home: Path | None = None, *, host: str = "127.0.0.1", port: int = DEFA
     server: uvicorn.Server | None = None
     app = create_app(home, token=token, remote=remote, tensorboard_host=host if not remote else "127.0.0.1",
                      stopping=lambda: server is not None and server.should_exit)
-    config = uvicorn.Config(app, log_level="warning", access_log=False, timeout_graceful_shutdown=3,
-                            lifespan="on", server_header=False)
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(server_config(app))
     if on_ready is not None:
         on_ready(url, remote)
     if open_browser:

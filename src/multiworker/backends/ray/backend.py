@@ -61,7 +61,8 @@ class RayBackend(Backend):
         address = _address(options)
         journal.set_handle({"ray_address": address})
         group = RayGroup(record.spec, record.id, base_dir=record.base_dir, output_dir=record.output_dir,
-                         address=address, placement=_placement(record.spec, options))
+                         address=address, placement=_placement(record.spec, options),
+                         stopping=lambda: journal.stop_signal is not None)
         try:
             return GroupController(record, group, journal).run()
         finally:

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +70,10 @@ class RayGroup(ReplicaGroup):
     variable ``MULTIWORKER_RAY_PLACEMENT_TIMEOUT`` (seconds), else 60."""
 
     def __init__(self, spec: JobSpec, job_id: str, *, base_dir: Path, output_dir: str,
-                 address: str | None = None, placement: str | None = None, placement_timeout: float | None = None):
+                 address: str | None = None, placement: str | None = None, placement_timeout: float | None = None,
+                 stopping: Callable[[], bool] | None = None):
         self.spec = spec
+        self.stopping = stopping or (lambda: False)  # a stop signal arrived: stop connecting
         self.job_id = job_id
         self.base_dir = Path(base_dir)
         self.output_dir = output_dir
@@ -93,7 +96,7 @@ class RayGroup(ReplicaGroup):
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._reset()
-        self._shipped = connect(self.address, self._code_root(), self._excludes())
+        self._shipped = connect(self.address, self._code_root(), self._excludes(), stopping=self.stopping)
         problem = fit_problem(ray, len(replicas), self.placement)
         if problem:  # too small a cluster is the user's to fix; after a restart, a node may come back
             raise (StartFailed if attempt else UserError)(problem)

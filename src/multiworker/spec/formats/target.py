@@ -9,7 +9,11 @@ import re
 from multiworker.errors import SpecError
 from multiworker.spec.model import JobSpec, Program
 
-__all__ = ["Target", "DEFAULT_MACHINE_TYPE", "env_list", "seconds", "cloud_path", "safe_name"]
+__all__ = ["Target", "DEFAULT_MACHINE_TYPE", "DNS_1035", "MAX_LABEL", "env_list", "seconds", "cloud_path", "safe_name",
+           "dns_1035_label", "check_hostnames"]
+
+DNS_1035 = r"[a-z]([-a-z0-9]*[a-z0-9])?"  # RFC 1035: Kubernetes Job and Service names start with a letter
+MAX_LABEL = 63
 
 DEFAULT_MACHINE_TYPE = "n1-standard-4"
 
@@ -131,3 +135,22 @@ def safe_name(name: str, pattern: str, fix, target: Target, platform: str) -> st
     if out != name:
         target.notes.append(f"name {name!r} is {out!r} on {platform}")
     return out
+
+
+def dns_1035_label(name: str) -> str:
+    """``name`` made an RFC 1035 label: lower case, letters, digits and '-', a letter first, 63 at most."""
+    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
+    out = out if out[:1].isalpha() else f"job-{out}".rstrip("-")
+    return out[:MAX_LABEL].rstrip("-")
+
+
+def check_hostnames(t: Target, name: str, hosts: list[str], what: str) -> None:
+    """SpecError when one of ``hosts`` (each made from ``name``) is longer than a DNS label may be."""
+    for host in hosts:
+        if len(host) > MAX_LABEL:
+            room = MAX_LABEL - (len(host) - len(name))
+            raise SpecError(
+                f"{name!r} makes the {what} {host!r} {len(host)} characters; Kubernetes allows "
+                f"{MAX_LABEL}: shorten the name to {room} characters or fewer",
+                source=t.source, field="name",
+            )

@@ -13,14 +13,16 @@ Success: the chief's replicated job (worker 0 through the worker Job's success p
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from multiworker.errors import SpecError
 from multiworker.spec.formats.jobset.reader import ENTRY
 from multiworker.spec.formats.target import (
+    DNS_1035,
     Target,
+    check_hostnames,
     cloud_path,
+    dns_1035_label,
     env_list,
     safe_name,
     seconds,
@@ -35,8 +37,6 @@ API_VERSION = "jobset.x-k8s.io/v1alpha2"
 PORT = 2222  # the TFJob operator's default port, for every task
 PROGRAM_ERROR_RULE = "program-error"
 DEADLINE_RULE = "deadline"
-_DNS_LABEL = r"[a-z]([-a-z0-9]*[a-z0-9])?"  # RFC 1035: Job and Service names start with a letter
-_MAX_LABEL = 63
 
 
 def hostnames(name: str, counts: dict[str, int]) -> dict[str, list[str]]:
@@ -49,8 +49,9 @@ def write(t: Target) -> dict:
     policy = spec.run_policy
     output = cloud_path(t, "output_dir", spec.output_dir, PLATFORM, absolute_ok=True)
     counts = spec.replica_counts()
-    name = safe_name(spec.name, _DNS_LABEL, _dns_label, t, PLATFORM)
-    _check_lengths(t, name, counts)
+    name = safe_name(spec.name, DNS_1035, dns_1035_label, t, PLATFORM)
+    # JobSet's own check: ``<jobset>-<rjob>-<job index>-<pod index>`` is a pod hostname
+    check_hostnames(t, name, [f"{name}-{role}-0-{n - 1}" for role, n in counts.items()], "pod hostname")
     cluster = json.dumps(hostnames(name, counts), separators=(",", ":"))
     exit_code = policy.restart_policy == "ExitCode"
     jobs = [_replicated_job(t, role, n, cluster, output, exit_code=exit_code) for role, n in counts.items()]
@@ -117,22 +118,3 @@ def _replicated_job(t: Target, role: str, replicas: int, cluster: str, output: s
         job["successPolicy"] = {"rules": [{"succeededIndexes": "0"}]}  # worker 0 decides, as the chief would
     job["template"] = {"spec": pod}
     return {"name": role, "replicas": 1, "template": {"spec": job}}
-
-
-def _check_lengths(t: Target, name: str, counts: dict[str, int]) -> None:
-    """JobSet's own check: ``<jobset>-<rjob>-<job index>-<pod index>`` is a pod hostname, at most 63 characters."""
-    for role, n in counts.items():
-        host = f"{name}-{role}-0-{n - 1}"
-        if len(host) > _MAX_LABEL:
-            room = _MAX_LABEL - (len(host) - len(name))
-            raise SpecError(
-                f"{name!r} makes the pod hostname {host!r} {len(host)} characters; Kubernetes allows "
-                f"{_MAX_LABEL}: shorten the name to {room} characters or fewer",
-                source=t.source, field="name",
-            )
-
-
-def _dns_label(name: str) -> str:
-    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-    out = out if out[:1].isalpha() else f"job-{out}".rstrip("-")
-    return out[:_MAX_LABEL].rstrip("-")

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from multiworker.spec.formats.target import (
+    DNS_1035,
     Target,
+    check_hostnames,
     cloud_path,
+    dns_1035_label,
     env_list,
     safe_name,
     seconds,
@@ -46,7 +48,10 @@ def write(t: Target) -> dict:
     if policy.success_policy == "all_workers":
         body["successPolicy"] = "AllWorkers"
     body["tfReplicaSpecs"] = replica_specs
-    name = safe_name(spec.name, r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", _dns_label, t, PLATFORM)
+    # the TFJob webhook takes RFC 1035 names; each replica's Service is ``<name>-<type>-<index>``
+    name = safe_name(spec.name, DNS_1035, dns_1035_label, t, PLATFORM)
+    check_hostnames(t, name, [f"{name}-{rtype.lower()}-{specs['replicas'] - 1}" for rtype, specs in replica_specs.items()],
+                    "replica service name")
     return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": name}, "spec": body}
 
 
@@ -80,8 +85,3 @@ def pod(t: Target, role: str, output: str | None, platform: str = PLATFORM) -> d
     if t.explicit("grace_period"):
         out["terminationGracePeriodSeconds"] = seconds(t.spec.run_policy.grace_period)
     return out
-
-
-def _dns_label(name: str) -> str:
-    out = re.sub(r"[^a-z0-9-]+", "-", name.lower()).strip("-")
-    return out[:63] or "job"
