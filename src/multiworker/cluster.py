@@ -174,6 +174,12 @@ def replica_env(
 def _framework_env(spec: JobSpec, replica: ReplicaId, addresses: Mapping[ReplicaId, str]) -> dict[str, str]:
     """JAX's or PyTorch's launcher variables for one replica (``multiworker.framework_env``)."""
     program = spec.resolved(replica.role)
+    if spec.framework == "tensorflow":
+        return {}
     argv = ["python", "-m", program.module] if program.module else list(program.command or [])
-    return framework_env(spec.framework, {r.name: a for r, a in addresses.items()}, replica.name,
-                         torchrun=uses_torchrun(argv))
+    env = framework_env(spec.framework, {r.name: a for r, a in addresses.items()}, replica.name,
+                        torchrun=uses_torchrun(argv))
+    # The local backend's fork server preloads TensorFlow, which a JAX or PyTorch replica does not want
+    # (PyTorch crashes forked from it): start these replicas as new interpreters.
+    env["MULTIWORKER_PRELOAD"] = "0"
+    return env
