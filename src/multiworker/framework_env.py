@@ -25,7 +25,8 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-__all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "PROCESS_ROLES", "process_names", "framework_env", "uses_torchrun"]
+__all__ = ["FRAMEWORKS", "DEFAULT_FRAMEWORK", "PROCESS_ROLES", "process_names", "framework_env", "uses_torchrun",
+           "vertex_members", "main"]
 
 FRAMEWORKS: tuple[str, ...] = ("tensorflow", "jax", "pytorch")
 DEFAULT_FRAMEWORK = "tensorflow"
@@ -84,3 +85,48 @@ def framework_env(framework: str, members: Mapping[str, str], replica: str, *,
         env.update(PET_MASTER_ADDR=host, PET_MASTER_PORT=port, PET_NNODES=str(size), PET_NODE_RANK=str(rank),
                    PET_NPROC_PER_NODE="1")
     return env
+
+
+def vertex_members(cluster_spec: Mapping) -> tuple[dict[str, str], str]:
+    """Vertex AI's CLUSTER_SPEC as ``({replica name: host:port}, this replica)``: workerpool0 is the
+    chief (process 0), workerpool1 the workers; parameter servers and evaluators are no processes."""
+    pools = cluster_spec.get("cluster", {})
+    task = cluster_spec.get("task", {})
+    roles = {"workerpool0": "chief", "workerpool1": "worker"}
+    members = {f"{roles[p]}-{i}": a for p in roles for i, a in enumerate(pools.get(p, []))}
+    role = roles.get(task.get("type", ""), str(task.get("type")))
+    return members, f"{role}-{int(task.get('index', 0))}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m multiworker.framework_env -- COMMAND...``: on Vertex AI, add the variables of the
+    framework named by ``MW_FRAMEWORK`` that the platform did not set (from CLUSTER_SPEC), then exec."""
+    import json
+    import sys
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == ["--"]:
+        args = args[1:]
+    if not args:
+        sys.stderr.write("usage: python -m multiworker.framework_env -- COMMAND [ARGS...]\n")
+        return 2
+    framework = os.environ.get("MW_FRAMEWORK", DEFAULT_FRAMEWORK)
+    raw = os.environ.get("CLUSTER_SPEC")
+    if raw:
+        try:
+            members, replica = vertex_members(json.loads(raw))
+            env = framework_env(framework, members, replica, torchrun=uses_torchrun(args))
+        except (ValueError, TypeError, AttributeError) as exc:
+            sys.stderr.write(f"error: multiworker.framework_env: CLUSTER_SPEC or MW_FRAMEWORK is malformed: {exc}\n")
+            return 2
+        for name, value in env.items():
+            os.environ.setdefault(name, value)  # what the platform set itself wins
+    try:
+        os.execvp(args[0], args)
+    except OSError as exc:
+        sys.stderr.write(f"error: multiworker.framework_env: cannot run {args[0]!r}: {exc}\n")
+        return 127
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
