@@ -24,6 +24,9 @@ from pathlib import Path
 
 WALL_START = time.time()
 os.environ.setdefault("KERAS_BACKEND", "jax")
+if os.environ.get("MULTIWORKER_THREADS") == "1":  # the launcher's share of the cores: one thread for XLA too
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1").strip()
 
 import jax  # noqa: E402
 import keras  # noqa: E402
@@ -44,6 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="Keras-layout mnist.npz")
     parser.add_argument("--steps-per-epoch", type=int, default=None, help="shorter epochs for quick tests")
     parser.add_argument("--progress-every", type=int, default=20, help="a progress line every N steps")
+    parser.add_argument("--steps-per-execution", type=int, default=10,
+                        help="training steps in one call of the compiled train function")
     return parser.parse_args(argv)
 
 
@@ -61,7 +66,7 @@ def initialize() -> tuple[int, int]:
     return jax.process_index(), jax.process_count()
 
 
-def build_model(peak: float, total_steps: int) -> keras.Model:
+def build_model(peak: float, total_steps: int, steps_per_execution: int = 1) -> keras.Model:
     """Conv32-Pool-Conv64-Pool-Conv64-Flatten-Dense64-Dense10 (the TensorFlow example's CNN), Adam with a
     one-cycle schedule: linear warm-up to ``peak`` over 20% of the steps, cosine decay to peak/50."""
     model = keras.Sequential([
@@ -79,7 +84,8 @@ def build_model(peak: float, total_steps: int) -> keras.Model:
     rate = keras.optimizers.schedules.CosineDecay(peak / 10, max(1, total_steps - warm), alpha=0.02,
                                                   warmup_target=peak, warmup_steps=warm)
     model.compile(optimizer=keras.optimizers.Adam(rate),
-                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"],
+                  steps_per_execution=steps_per_execution)
     return model
 
 
@@ -113,10 +119,11 @@ class MetricLines(keras.callbacks.Callback):
         self.epochs, self.steps, self.batch, self.every = epochs, steps, batch, every
 
     def on_epoch_begin(self, epoch, logs=None):
-        self.epoch, self.started = epoch, time.time()
+        self.epoch, self.started, self.reported = epoch, time.time(), 0
 
     def on_train_batch_end(self, batch, logs=None):
-        if (batch + 1) % self.every == 0:
+        if (batch + 1) // self.every > self.reported:  # batch advances by steps_per_execution
+            self.reported = (batch + 1) // self.every
             trainer.emit("progress", epoch=self.epoch + 1, epochs=self.epochs, step=batch + 1, steps=self.steps)
 
     def on_epoch_end(self, epoch, logs=None):
@@ -145,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     x, y, x_test, y_test = load(args.data, rank, size)
     steps = args.steps_per_epoch or len(x) // args.batch_size
     x, y = x[:steps * args.batch_size], y[:steps * args.batch_size]
-    net = build_model(args.learning_rate, steps * args.epochs)
+    net = build_model(args.learning_rate, steps * args.epochs, args.steps_per_execution)
     net.build((None, 28, 28, 1))
     net.optimizer.build(net.trainable_variables)
     backup = ChiefBackup(os.path.join(ctx.checkpoint_dir, "backup"),
