@@ -143,7 +143,7 @@ def test_jobset_pods_get_the_tables_variables(framework, column, command):
     container = doc["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
     pod = {e["name"]: e["value"] for e in container["env"]}
     envs = [k8s_entry.pod_env({**pod, "JOB_COMPLETION_INDEX": str(i)}) for i in range(3)]
-    for i, env in enumerate(envs):
+    for env in envs:
         assert set(framework_vars(env)) == documented()[column]
     if framework == "pytorch":
         assert [e["RANK"] for e in envs] == ["0", "1", "2"]

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from multiworker.spec.formats import aiplatform, jobset, pytorchjob, tfjob, vertex
 from multiworker.spec.formats.common import KINDS, LOSSY_KINDS, Parsed
-from multiworker.spec.formats.frameworks import check_framework
 from multiworker.spec.formats.detect import FORMATS
+from multiworker.spec.formats.frameworks import check_framework
 from multiworker.spec.formats.parse import parse_job
 from multiworker.spec.formats.schema import check_schema
 from multiworker.spec.formats.target import DEFAULT_MACHINE_TYPE, Target

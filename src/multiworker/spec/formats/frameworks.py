@@ -41,7 +41,7 @@ def framework_vars(t: Target, role: str) -> dict[str, str]:
     """The ``MW_*`` variables that tell an in-pod or in-container entry the job's framework."""
     if t.spec.framework == "tensorflow":
         return {}
-    out = {"MW_FRAMEWORK": t.spec.framework}
+    out: dict[str, str] = {"MW_FRAMEWORK": t.spec.framework}
     command = t.command(t.spec.resolved(role))
     if command and uses_torchrun(command):
         out["MW_TORCHRUN"] = "1"

@@ -9,7 +9,6 @@ from typing import Any
 from pydantic.alias_generators import to_camel, to_snake
 
 from multiworker.errors import SpecError
-from multiworker.spec.formats.frameworks import VERTEX_ENTRY
 from multiworker.spec.formats.common import (
     CamelModel,
     Many,
@@ -20,6 +19,7 @@ from multiworker.spec.formats.common import (
     program_of,
     validate,
 )
+from multiworker.spec.formats.frameworks import VERTEX_ENTRY
 from multiworker.spec.model import parse_duration
 
 __all__ = ["parse", "POOL_ROLES", "VertexJobOutput"]
