@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-dev
 
-.PHONY: demo test unit integration bench clean venv sysdeps test-torch
+.PHONY: demo test unit integration bench clean venv sysdeps test-torch test-frameworks
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,6 +36,11 @@ test: $(STAMP) sysdeps
 test-torch: $(STAMP)
 	$(BIN)/pip install -q -e ".[torch]"
 	MULTIWORKER_TEST_TORCH=1 $(BIN)/python -m pytest -q -ra --durations=5 tests/integration/test_examples_frameworks.py -k torch
+
+# Both examples' full trainings to >= 99% through a kill (several minutes each on 2 cores).
+test-frameworks: $(STAMP)
+	$(BIN)/pip install -q -e ".[torch]"
+	MULTIWORKER_TEST_FULL=1 $(BIN)/python -m pytest -q -ra --durations=5 tests/integration/test_examples_frameworks.py
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests/unit

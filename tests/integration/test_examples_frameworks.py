@@ -1,8 +1,10 @@
 """JAX (Keras 3) and PyTorch jobs through `multiworker run`: the launch contract, and the examples
-training to >= 99% through a kill of the second process (restart, resume from the checkpoint).
+through a kill of the second process (restart, resume from the checkpoint).
 
-The PyTorch example runs under `make test-torch` only (MULTIWORKER_TEST_TORCH=1): PyTorch is an extra
-outside dev. The launch contract of both frameworks is checked here without either."""
+`make test` checks the launch contract of both frameworks without either, and the Keras 3 example's
+kill, resume and served export on short epochs. The full trainings to >= 99% run under
+`make test-frameworks` (MULTIWORKER_TEST_FULL=1: several minutes each on 2 loaded cores) and the
+PyTorch one under `make test-torch` (MULTIWORKER_TEST_TORCH=1): PyTorch is an extra outside dev."""
 
 from __future__ import annotations
 
@@ -46,11 +48,15 @@ def _needs(*modules: str) -> None:
             pytest.skip(f"{module} is not installed (pip install multiworker[{'torch' if module == 'torch' else 'jax'}])")
 
 
-def _killed_and_resumed(example: str, home: Path) -> tuple[dict, Path]:
-    """Train the example (2 epochs, full data), killing worker-1 once it has finished epoch 1."""
+FULL = os.environ.get("MULTIWORKER_TEST_FULL") == "1"
+TORCH = FULL or os.environ.get("MULTIWORKER_TEST_TORCH") == "1"
+
+
+def _killed_and_resumed(example: str, home: Path, *args: str, target: float = 0.99) -> tuple[dict, Path]:
+    """Train the example (2 epochs), killing worker-1 once it has finished epoch 1."""
     job = str(REPO / "examples" / example / "job.yaml")
     proc = mw("run", job, "-q", "--inject-failure", "worker-1@epoch:1", "--set", "run_policy.backoff=1s",
-              home=home, timeout=1500)
+              *(["--", *args] if args else []), home=home, timeout=2400)
     assert proc.returncode == 0, proc.stdout[-3000:]
     doc = status(home)
     assert doc["state"] == "Succeeded" and doc["restarts"] == 1
@@ -59,14 +65,15 @@ def _killed_and_resumed(example: str, home: Path) -> tuple[dict, Path]:
     out = Path(doc["output_dir"])
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["first_epoch"] == 2 and metrics["epochs_run"] == 1 and metrics["processes"] == 2
-    assert metrics["test_accuracy"] >= 0.99, metrics
+    assert metrics["test_accuracy"] >= target, metrics
     assert no_processes_left(doc["id"])
     return metrics, out
 
 
+@pytest.mark.timeout(900)
 def test_keras_jax_example_resumes_after_a_kill_and_its_export_serves(mw_home):
     _needs("jax", "keras")
-    metrics, out = _killed_and_resumed("mnist_keras_jax", mw_home)
+    _killed_and_resumed("mnist_keras_jax", mw_home, "--steps-per-epoch", "40", target=0.8)
     httpx = pytest.importorskip("httpx")
     pytest.importorskip("uvicorn")
     import numpy as np
@@ -89,13 +96,21 @@ def test_keras_jax_example_resumes_after_a_kill_and_its_export_serves(mw_home):
         assert reply.status_code == 200, reply.text[:500]
         predictions = np.array(reply.json()["predictions"])
         assert predictions.shape == (64, 10)
-        assert (predictions.argmax(1) == y).mean() >= 0.95
+        assert (predictions.argmax(1) == y).mean() >= 0.75
     finally:
         serve.terminate()
         serve.wait(timeout=60)
 
 
-@pytest.mark.skipif(os.environ.get("MULTIWORKER_TEST_TORCH") != "1", reason="the PyTorch example runs under make test-torch")
-def test_torch_example_resumes_after_a_kill(mw_home):
+@pytest.mark.timeout(2400)
+@pytest.mark.skipif(not FULL, reason="the full training (minutes) runs under make test-frameworks")
+def test_keras_jax_example_reaches_99_percent_through_a_kill(mw_home):
+    _needs("jax", "keras")
+    _killed_and_resumed("mnist_keras_jax", mw_home)
+
+
+@pytest.mark.timeout(2400)
+@pytest.mark.skipif(not TORCH, reason="the PyTorch example runs under make test-torch and make test-frameworks")
+def test_torch_example_reaches_99_percent_through_a_kill(mw_home):
     _needs("torch")
     _killed_and_resumed("mnist_torch", mw_home)
