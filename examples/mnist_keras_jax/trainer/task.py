@@ -111,6 +111,11 @@ class ChiefBackup(keras.callbacks.BackupAndRestore):
             distributed.global_state.client.wait_at_barrier(f"backup-{self.saves}", 600_000)
 
 
+    def on_train_end(self, logs=None):
+        if jax.process_index() == 0:  # one process removes the backup (two would race over its files)
+            super().on_train_end(logs)
+
+
 class MetricLines(keras.callbacks.Callback):
     """multiworker's metric lines: progress every few steps (global step), one line per epoch."""
 
