@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed-dev
 
-.PHONY: demo test unit integration bench clean venv sysdeps images
+.PHONY: demo test unit integration bench clean venv sysdeps images test-torch test-frameworks
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,17 @@ demo: $(STAMP)
 
 test: $(STAMP) sysdeps images
 	$(BIN)/python -m pytest -q -ra --durations=15 tests
+
+# The PyTorch DDP example (train, kill, resume): PyTorch is an extra outside dev (the CUDA libraries
+# it pulls are gigabytes); `make test` checks the PyTorch launch contract without it.
+test-torch: $(STAMP)
+	$(BIN)/pip install -q -e ".[torch]"
+	MULTIWORKER_TEST_TORCH=1 $(BIN)/python -m pytest -q -ra --durations=5 tests/integration/test_examples_frameworks.py -k torch
+
+# Both examples' full trainings to >= 99% through a kill (several minutes each on 2 cores).
+test-frameworks: $(STAMP)
+	$(BIN)/pip install -q -e ".[torch]"
+	MULTIWORKER_TEST_FULL=1 $(BIN)/python -m pytest -q -ra --durations=5 tests/integration/test_examples_frameworks.py
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest -q -ra tests/unit

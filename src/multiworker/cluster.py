@@ -12,6 +12,7 @@ import json
 import os
 from collections.abc import Mapping
 
+from multiworker.framework_env import framework_env, uses_torchrun
 from multiworker.spec.model import ROLES, JobSpec
 
 __all__ = [
@@ -180,8 +181,23 @@ def replica_env(
         OMP_NUM_THREADS=str(threads),
         **ALLOCATOR_ENV,
     )
+    env.update(_framework_env(spec, replica, addresses))
     env.update(spec.resolved(replica.role).env or {})
     # The launcher's own identity wins over the spec: cancel, the watchdog and Lost cleanup find a job's
     # processes by MULTIWORKER_JOB_ID, so a spec must not be able to hide its replicas from them.
     env.update(MULTIWORKER_JOB_ID=job_id, MULTIWORKER_ATTEMPT=str(attempt), MULTIWORKER_REPLICA=replica.name)
+    return env
+
+
+def _framework_env(spec: JobSpec, replica: ReplicaId, addresses: Mapping[ReplicaId, str]) -> dict[str, str]:
+    """JAX's or PyTorch's launcher variables for one replica (``multiworker.framework_env``)."""
+    program = spec.resolved(replica.role)
+    if spec.framework == "tensorflow":
+        return {}
+    argv = ["python", "-m", program.module] if program.module else list(program.command or [])
+    env = framework_env(spec.framework, {r.name: a for r, a in addresses.items()}, replica.name,
+                        torchrun=uses_torchrun(argv))
+    # The local backend's fork server preloads TensorFlow, which a JAX or PyTorch replica does not want
+    # (PyTorch crashes forked from it): start these replicas as new interpreters.
+    env["MULTIWORKER_PRELOAD"] = "0"
     return env

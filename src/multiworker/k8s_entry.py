@@ -9,7 +9,9 @@ manifest written by ``multiworker convert --to jobset`` gives every container:
 - ``MW_CLUSTER``: JSON ``{role: ["host:port", ...]}`` for every role, the evaluator included;
 - ``MW_ROLE``: this pod's role (chief, worker, ps, evaluator);
 - ``JOB_COMPLETION_INDEX``: set by Kubernetes in every pod of an Indexed Job; the task index;
-- ``MW_CHIEF_TASK_TYPE``: ``master`` for TF 1 style jobs (default ``chief``).
+- ``MW_CHIEF_TASK_TYPE``: ``master`` for TF 1 style jobs (default ``chief``);
+- ``MW_FRAMEWORK``: ``jax`` or ``pytorch`` adds that framework's launcher variables
+  (``multiworker.framework_env``); ``MW_TORCHRUN=1`` adds torchrun's ``PET_*``.
 
 Works without multiworker's launcher: only this module and ``multiworker.cluster`` run in the pod.
 """
@@ -28,6 +30,7 @@ from multiworker.cluster import (
     ReplicaId,
     vertex_cluster_spec,
 )
+from multiworker.framework_env import framework_env
 
 __all__ = ["pod_env", "main"]
 
@@ -62,6 +65,9 @@ def pod_env(environ: Mapping[str, str]) -> dict[str, str]:
                                        "environment": "cloud"})
         addresses = {ReplicaId(r, i): a for r, addrs in cluster.items() for i, a in enumerate(addrs)}
         env["CLUSTER_SPEC"] = json.dumps(vertex_cluster_spec(addresses, replica))
+    members = {f"{r}-{i}": a for r, addrs in cluster.items() for i, a in enumerate(addrs)}
+    env.update(framework_env(environ.get("MW_FRAMEWORK") or "tensorflow", members, replica.name,
+                             torchrun=environ.get("MW_TORCHRUN") == "1"))
     return env
 
 

@@ -10,7 +10,7 @@ import typer
 
 __all__ = ["register", "convert"]
 
-_TARGETS = ("native", "vertex", "aiplatform", "tfjob", "jobset")
+_TARGETS = ("native", "vertex", "aiplatform", "tfjob", "jobset", "pytorchjob")
 
 
 def convert(
@@ -18,7 +18,7 @@ def convert(
         ..., metavar="SPEC_FILE | -- GCLOUD_COMMAND...",
         help="Job spec (native YAML, Vertex CustomJob, AI Platform, TFJob, JobSet), or after `--` a gcloud training command.",
     ),
-    to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob|jobset."),
+    to: str = typer.Option(..., "--to", help="Target format: native|vertex|aiplatform|tfjob|jobset|pytorchjob."),
     image: Optional[str] = typer.Option(None, "--image", help="Container image for pools without one (default: none; a cloud target may then refuse)."),
     fmt: Optional[str] = typer.Option(None, "--format", help="Force the input format: native|vertex|aiplatform|tfjob|jobset (default: detected from the file)."),
     overrides: list[str] = typer.Option([], "--set", help="Override a native field first: pools.worker.replicas=3."),
@@ -32,6 +32,7 @@ def convert(
     A gcloud command goes after `--`, as pasted: `multiworker convert --to vertex -o job.yaml -- gcloud ai
     custom-jobs create --display-name J --worker-pool-spec=...` (or `gcloud ai-platform jobs submit training`).
     Output to tfjob is checked against the Kubeflow TFJob CRD, to jobset against the JobSet CRD (v0.12.0),
+    pytorchjob (a Kubeflow PyTorchJob, for `framework: pytorch`) is written only,
     to vertex against the CustomJob schema.
     What the target cannot express is an error naming the field (or a note with --allow-loss), e.g.
     `multiworker convert examples/taxifare/job.yaml --to vertex --image IMAGE --allow-loss` (its

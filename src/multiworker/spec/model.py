@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 __all__ = [
     "ROLES",
     "Role",
+    "Framework",
     "Program",
     "PoolSpec",
     "RunPolicy",
@@ -29,6 +30,7 @@ def is_role(name: str) -> TypeGuard[Role]:
     return name in ROLES
 
 
+Framework = Literal["tensorflow", "jax", "pytorch"]
 RestartPolicy = Literal["Never", "OnFailure", "ExitCode", "Always"]
 SuccessPolicy = Literal["chief", "all_workers"]
 
@@ -210,6 +212,11 @@ class JobSpec(_ProgramFields):
     chief_task_type: Literal["chief", "master"] = Field(
         "chief", description="Task type the chief gets in TF_CONFIG: `master` for TF 1 style AI Platform jobs."
     )
+    framework: Framework = Field(
+        "tensorflow", description="What the replicas train with: tensorflow (TF_CONFIG), jax (JAX_COORDINATOR_ADDRESS, "
+        "JAX_NUM_PROCESSES, JAX_PROCESS_ID and Keras' KERAS_DISTRIBUTION_*) or pytorch (MASTER_ADDR, MASTER_PORT, "
+        "WORLD_SIZE, RANK, LOCAL_RANK; torchrun's PET_*). Written, never inferred from the program."
+    )
     pools: dict[Role, PoolSpec] = Field(..., description="Pools by role: chief, worker, ps, evaluator.")
     run_policy: RunPolicy = Field(default_factory=RunPolicy)
     output_dir: str | None = Field(
@@ -248,6 +255,14 @@ class JobSpec(_ProgramFields):
                 "pools.ps needs a chief: ParameterServerStrategy's coordinator runs on the chief. "
                 "Add `chief: {replicas: 1}` to pools."
             )
+        if self.framework != "tensorflow":
+            for role in ("ps", "evaluator"):
+                if counts.get(role):
+                    raise ValueError(
+                        f"pools.{role}: a {self.framework} job's processes are a chief and workers, with no "
+                        f"{'parameter servers' if role == 'ps' else 'evaluator'}; remove pools.{role} or set "
+                        "`framework: tensorflow`"
+                    )
         if counts.get("evaluator", 0) > 1:
             raise ValueError(f"pools.evaluator.replicas is {counts['evaluator']}; TensorFlow runs at most one evaluator")
         return self

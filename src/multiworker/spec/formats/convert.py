@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from multiworker.spec.formats import aiplatform, jobset, tfjob, vertex
+from multiworker.spec.formats import aiplatform, jobset, pytorchjob, tfjob, vertex
 from multiworker.spec.formats.common import KINDS, LOSSY_KINDS, Parsed
+from multiworker.spec.formats.detect import FORMATS
+from multiworker.spec.formats.frameworks import check_framework
 from multiworker.spec.formats.parse import parse_job
 from multiworker.spec.formats.schema import check_schema
 from multiworker.spec.formats.target import DEFAULT_MACHINE_TYPE, Target
@@ -18,6 +20,7 @@ __all__ = ["Target", "convert", "WRITERS", "DEFAULT_MACHINE_TYPE"]
 # Target format -> its writer (native is written by ``convert`` itself).
 WRITERS: dict[str, Callable[[Target], dict]] = {
     "vertex": vertex.write, "aiplatform": aiplatform.write, "tfjob": tfjob.write, "jobset": jobset.write,
+    "pytorchjob": pytorchjob.write,
 }
 # Settings that only say how to run here (interpreter, directories, threads, Ray placement): noted, never an error.
 _LOCAL_ONLY = ("working_dir", "python", "threads_per_replica", "placement")
@@ -34,9 +37,11 @@ def convert(parsed: Parsed, to: str, *, source: str, image: str | None = None,
     if to == "native":
         return _native(parsed.native, spec), target.notes
     _local_only(target)
+    check_framework(target)
     doc = WRITERS[to](target)
-    check_schema(doc, to, source=source)
-    parse_job(source, format=to, data=doc)  # what we write, we can read back
+    if to in FORMATS:  # a format we also read (PyTorchJob is written only)
+        check_schema(doc, to, source=source)
+        parse_job(source, format=to, data=doc)  # what we write, we can read back
     return doc, target.notes
 
 
@@ -75,7 +80,7 @@ def _local_only(target: Target) -> None:
 
 
 def _native(native: dict, spec: JobSpec) -> dict:
-    order = ("name", "image", "module", "command", "working_dir", "python", "args", "env", "chief_task_type",
+    order = ("name", "framework", "image", "module", "command", "working_dir", "python", "args", "env", "chief_task_type",
              "output_dir", "threads_per_replica", "pools", "run_policy")
     out = {k: native[k] for k in order if native.get(k) is not None}
     out.update({k: v for k, v in native.items() if k not in out and v is not None})

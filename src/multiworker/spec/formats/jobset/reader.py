@@ -24,7 +24,7 @@ ENTRY = ["python", "-m", "multiworker.k8s_entry", "--"]
 __all__ = ["parse"]
 
 _TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
-_OWN_ENV = ("MW_CLUSTER", "MW_ROLE", "MW_CHIEF_TASK_TYPE")
+_OWN_ENV = ("MW_CLUSTER", "MW_ROLE", "MW_CHIEF_TASK_TYPE", "MW_FRAMEWORK", "MW_TORCHRUN")
 
 
 def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
@@ -39,6 +39,7 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     replica_specs: dict[str, Any] = {}
     deadlines: list[int] = []
     worker0_decides = False
+    framework = None
     for i, rjob in enumerate(spec["replicatedJobs"]):
         where = f"spec.replicatedJobs[{i}]"
         role = rjob["name"]
@@ -65,6 +66,7 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
             env = container.get("env") or []
             if role == "chief" and any(e.get("name") == "MW_CHIEF_TASK_TYPE" and e.get("value") == "master" for e in env):
                 rtype = "Master"
+            framework = next((e.get("value") for e in env if e.get("name") == "MW_FRAMEWORK"), framework)
             container["env"] = [e for e in env if e.get("name") not in _OWN_ENV]
             command = container.get("command") or []
             if command[:len(ENTRY)] == ENTRY:
@@ -86,4 +88,6 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
                 "spec": body}
     parsed = tfjob.parse(as_tfjob, source=source, path=path)
     parsed.format = "jobset"
+    if framework:
+        parsed.native["framework"] = framework
     return parsed

@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from multiworker.errors import SpecError
+from multiworker.spec.formats.frameworks import framework_vars
 from multiworker.spec.formats.jobset.reader import ENTRY
 from multiworker.spec.formats.target import (
     DNS_1035,
@@ -98,6 +99,7 @@ def _replicated_job(t: Target, role: str, replicas: int, cluster: str, output: s
     own = {"MW_CLUSTER": cluster, "MW_ROLE": role}
     if role == "chief" and t.spec.chief_task_type == "master":
         own["MW_CHIEF_TASK_TYPE"] = "master"
+    own.update(framework_vars(t, role))
     container["env"] = env_list(own) + container.get("env", [])
     container["ports"] = [{"name": "tf", "containerPort": PORT}]
     pod = {"restartPolicy": "Never", **pod}

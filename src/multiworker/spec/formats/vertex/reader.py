@@ -19,6 +19,7 @@ from multiworker.spec.formats.common import (
     program_of,
     validate,
 )
+from multiworker.spec.formats.frameworks import VERTEX_ENTRY
 from multiworker.spec.model import parse_duration
 
 __all__ = ["parse", "POOL_ROLES", "VertexJobOutput"]
@@ -197,6 +198,9 @@ def parse(data: Any, *, source: str, path: Path | None = None) -> Parsed:
     for attr, kind in _JOB_DROPPED:
         if getattr(spec, attr) not in (None, False, [], {}):
             parsed.drop(kind, f"{dot}{key(to_camel(attr))}")
+    frameworks = {p.pop("framework") for p in pools.values() if "framework" in p}
+    if frameworks:
+        job["framework"] = frameworks.pop()
     return finish(parsed, job_name(name, path), pools, job)
 
 
@@ -257,7 +261,10 @@ def _pool(parsed: Parsed, role: str, pool: WorkerPoolSpec, replicas: int, *, sou
     if container:
         spec_field = f"{where}.{key('containerSpec')}"
         out["image"] = container.image_uri
-        out.update(program_of(container.command, container.args))
+        command = container.command
+        if command and list(command[:len(VERTEX_ENTRY)]) == VERTEX_ENTRY:  # written for a JAX or PyTorch job
+            command = command[len(VERTEX_ENTRY):]
+        out.update(program_of(command, container.args))
         if container.command and "module" not in out:
             parsed.origins[f"pools.{role}.command"] = f"{spec_field}.command"
         env = container.env
@@ -272,6 +279,10 @@ def _pool(parsed: Parsed, role: str, pool: WorkerPoolSpec, replicas: int, *, sou
     parsed.origins[f"pools.{role}.args"] = f"{spec_field}.args"
     out["env"] = {}
     for j, var in enumerate(env or []):
+        if var.name in ("MW_FRAMEWORK", "MW_TORCHRUN"):  # the framework entry's own: the spec's framework
+            if var.name == "MW_FRAMEWORK":
+                out["framework"] = var.value
+            continue
         out["env"][var.name] = var.value
         parsed.origins[f"pools.{role}.env.{var.name}"] = f"{spec_field}.env[{j}].value"
     machine = _machine(pool)

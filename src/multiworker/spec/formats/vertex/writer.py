@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from multiworker.spec.formats.frameworks import VERTEX_ENTRY, framework_vars
 from multiworker.spec.formats.target import (
     DEFAULT_MACHINE_TYPE,
     Target,
@@ -48,12 +49,16 @@ def _pool(t: Target, role: str, replicas: int, program_role: str) -> dict:
     if packages:  # a Python package job: the image is the executor that installs and runs them
         container = {"executorImageUri": program.image, "packageUris": list(packages), "pythonModule": program.module}
     command = None if packages else t.command(program)
+    own = framework_vars(t, program_role)
+    if own and command:
+        command = VERTEX_ENTRY + command  # adds from CLUSTER_SPEC the variables Vertex AI does not set
     if command:
         container["command"] = command
     if program.args:
         container["args"] = list(program.args)
-    if program.env:
-        container["env"] = env_list(program.env)
+    env = {**own, **(program.env or {})}
+    if env:
+        container["env"] = env_list(env)
     machine = t.machine_keys(role, program.machine, (*_MACHINE_SPEC, *_DISK_SPEC), PLATFORM)
     machine_spec = {_MACHINE_SPEC[k]: v for k, v in machine.items() if k in _MACHINE_SPEC}
     if "machineType" not in machine_spec:
