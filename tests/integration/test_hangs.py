@@ -63,7 +63,8 @@ def test_mnist_worker_stopped_in_the_collective_is_the_laggard(mw_home):
                         home=mw_home)
     try:
         job_id = wait_for(lambda: (jobs := Store(mw_home).list_jobs()) and jobs[0].id, timeout=60)
-        wait_for(lambda: Store(mw_home).progress(job_id), timeout=300, interval=0.5)  # training
+        # worker-1 is stopped: the group stays up, waiting, for the 20 s hang timeout
+        wait_for(lambda: _events(mw_home, job_id, "InjectedFailure"), timeout=300, interval=0.2)
         live = mw("stacks", job_id, home=mw_home, timeout=300)
         assert live.returncode == 0, live.stderr
         assert "== worker-0 (pid" in live.stdout and "== worker-1 (pid" in live.stdout, live.stdout[-2000:]
