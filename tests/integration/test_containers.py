@@ -282,6 +282,9 @@ def test_push_to_a_registry_with_basic_auth_and_run_the_pushed_image(registry, m
         assert aip.returncode == 0, aip.stdout[-3000:] + aip.stderr[-2000:]
         doc = status(mw_home)
         log = (Path(doc["output_dir"]).parent / "attempt_0" / "chief-0.log").read_text()
-        assert "replica chief-0 on hello-aip-master-0: TF_CONFIG= args=--epochs 3" in log, log
+        # AI Platform sets TF_CONFIG on every VM, one-replica jobs too, with the chief as `master`
+        config = json.loads(log.split("TF_CONFIG=")[1].split(" args=")[0])
+        assert config["cluster"] == {"master": ["hello-aip-master-0:2222"]}, log
+        assert config["task"] == {"type": "master", "index": 0} and "args=--epochs 3" in log, log
     finally:
         podman("rmi", "-f", image, check=False)

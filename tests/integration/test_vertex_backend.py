@@ -253,7 +253,8 @@ def test_an_unreachable_google_cloud_is_one_line_naming_the_cause(tmp_path, mw_h
     minutes of retries and their warnings), and no job id from --detach."""
     port = free_ports(1)[0]  # nothing listens there
     env = {"MULTIWORKER_VERTEX_ENDPOINT": f"http://127.0.0.1:{port}", "MULTIWORKER_GCS_ENDPOINT": f"http://127.0.0.1:{port}"}
-    args = ["run", package_spec(tmp_path), *VERTEX, "--staging-bucket", "gs://bucket", *(["--detach"] if detach else [])]
+    args = ["run", package_spec(tmp_path), *VERTEX, "--staging-bucket", "gs://bucket", "--executor-image", EXECUTOR,
+            *(["--detach"] if detach else [])]
     proc = mw(*args, home=mw_home, fake=fake, env=env)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1, proc.stdout + proc.stderr

@@ -57,7 +57,8 @@ def diagnose_loaded(loaded: LoadedSpec, spec_file: Path, spec_text: str, *, sour
     legacy = any((spec.resolved(pool).env or {}).get("TF_USE_LEGACY_KERAS") in ("1", "true", "True") for pool in counts)
     findings: list[Finding] = []
     if src is not None:
-        findings += check_source(src, workers=workers, chief_type=spec.chief_task_type, legacy_keras_env=legacy)
+        findings += check_source(src, workers=workers, chief_type=spec.chief_task_type, legacy_keras_env=legacy,
+                                 tf_distribute=spec.framework == "tensorflow")
     findings += _env_overrides(spec, spec_file, spec_text, env_keys)
     findings += _evaluator_in_spec_tf_config(spec, spec_file, spec_text)
     findings += _gcs_paths(spec, spec_file, spec_text, src)

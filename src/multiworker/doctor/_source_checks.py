@@ -19,11 +19,13 @@ _CHIEF_ONLY = ("chief", "task_type", "task_id", "task_index", "should_checkpoint
 _NOT_MODELS = ("np", "numpy", "pickle", "joblib", "json", "torch", "plt", "fig", "df")
 
 
-def check_source(src: TrainerSource, *, workers: int, chief_type: str, legacy_keras_env: bool) -> list[Finding]:
+def check_source(src: TrainerSource, *, workers: int, chief_type: str, legacy_keras_env: bool,
+                 tf_distribute: bool = True) -> list[Finding]:
     """Every finding in the trainer's files. ``workers``: chief and worker replicas together;
-    ``chief_type``: the chief's task type in the job's TF_CONFIG (chief or master)."""
+    ``chief_type``: the chief's task type in the job's TF_CONFIG (chief or master); ``tf_distribute``:
+    the job is a TensorFlow one (a JAX or PyTorch job's processes are not under MultiWorkerMirroredStrategy)."""
     text = src.text
-    mwms = workers > 1 or "MultiWorkerMirroredStrategy" in text
+    mwms = tf_distribute and (workers > 1 or "MultiWorkerMirroredStrategy" in text)
     findings: list[Finding] = []
     for f in src.files:
         parents = _parents(f.tree)
