@@ -19,6 +19,7 @@ from pathlib import Path
 
 from multiworker import procs
 from multiworker.backends.base import Placement, ReplicaGroup
+from multiworker.backends.log_tails import LogTails
 from multiworker.cluster import ReplicaId
 from multiworker.containers.engine import LABEL, Engine, network_name
 from multiworker.containers.platform import PORT, Host, container_argv, hosts, platform_env
@@ -29,7 +30,6 @@ __all__ = ["ContainerGroup"]
 
 log = logging.getLogger(__name__)
 
-_READ_CHUNK = 1 << 20
 
 
 class ContainerGroup(ReplicaGroup):
@@ -46,8 +46,7 @@ class ContainerGroup(ReplicaGroup):
         self._attempt = 0
         self._procs: dict[ReplicaId, procs.Child] = {}
         self._names: dict[ReplicaId, str] = {}
-        self._logs: dict[ReplicaId, Path] = {}
-        self._offsets: dict[ReplicaId, int] = {}
+        self._logs = LogTails()
         self._pids: dict[ReplicaId, object] = {}  # psutil.Process of the container's init, once known
         self._members: dict[ReplicaId, dict[int, object]] = {}  # pid -> psutil.Process under it
 
@@ -96,8 +95,7 @@ class ContainerGroup(ReplicaGroup):
         proc = procs.spawn(self.engine.cmd(*run), cwd=Path("/"), env=client_env, log_path=log_path)
         self._procs[replica] = proc
         self._names[replica] = name
-        self._logs[replica] = log_path
-        self._offsets[replica] = 0
+        self._logs.add(replica, log_path)
         return proc.pid
 
     def poll(self) -> dict[ReplicaId, int | None]:
@@ -124,17 +122,7 @@ class ContainerGroup(ReplicaGroup):
                 procs.stop_groups([self._procs[rid]], 0.0)
 
     def read_log(self, replica: ReplicaId) -> bytes:
-        path = self._logs.get(replica)
-        if path is None:
-            return b""
-        try:
-            with open(path, "rb") as f:
-                f.seek(self._offsets[replica])
-                chunk = f.read(_READ_CHUNK)
-        except OSError:
-            return b""
-        self._offsets[replica] += len(chunk)
-        return chunk
+        return self._logs.read(replica)
 
     def samples(self) -> list[tuple[str, float, int]]:
         """CPU % and RSS of each running container's processes (its init and everything under it)."""
@@ -173,7 +161,7 @@ class ContainerGroup(ReplicaGroup):
             log.warning("closing the group with %d container(s) still running; removing them", len(left))
             self.engine.call("rm", "-f", *left, timeout=120)
             procs.stop_groups([p for p in self._procs.values() if p.poll() is None], 5.0)
-        for path in self._logs.values():
+        for path in self._logs.paths():
             try:
                 os.unlink(path.with_suffix(".env"))
             except OSError:
@@ -181,7 +169,6 @@ class ContainerGroup(ReplicaGroup):
         self._procs.clear()
         self._names.clear()
         self._logs.clear()
-        self._offsets.clear()
         self._pids.clear()
         self._members.clear()
 

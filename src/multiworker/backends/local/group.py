@@ -18,6 +18,7 @@ from pathlib import Path
 from multiworker import procs, stacks
 from multiworker.backends.base import Placement, ReplicaGroup
 from multiworker.backends.local import forkserver
+from multiworker.backends.log_tails import LogTails
 from multiworker.cluster import ReplicaId
 from multiworker.netns import JobNetwork
 from multiworker.ports import PortReservations
@@ -30,7 +31,6 @@ REPLICA_SITE = Path(__file__).resolve().parents[2] / "_replica_site"
 
 log = logging.getLogger(__name__)
 
-_READ_CHUNK = 1 << 20
 
 
 class LocalGroup(ReplicaGroup):
@@ -45,8 +45,7 @@ class LocalGroup(ReplicaGroup):
         self.path_first = str(REPLICA_SITE)  # first on every replica's PYTHONPATH
         self._procs: dict[ReplicaId, procs.Child | forkserver.ForkedChild] = {}
         self._servers: dict[tuple, forkserver.ForkServer | None] = {}  # None: that zygote could not serve
-        self._logs: dict[ReplicaId, Path] = {}
-        self._offsets: dict[ReplicaId, int] = {}
+        self._logs = LogTails()
         self._psutil: dict[ReplicaId, object] = {}
 
     def place(self, replicas: list[ReplicaId], attempt: int) -> dict[ReplicaId, Placement]:
@@ -64,8 +63,7 @@ class LocalGroup(ReplicaGroup):
             enter = self.network.enter if self.network is not None else None
             proc = procs.spawn(cmd, cwd=cwd, env=full, log_path=log_path, enter=enter)
         self._procs[replica] = proc
-        self._logs[replica] = log_path
-        self._offsets[replica] = 0
+        self._logs.add(replica, log_path)
         return proc.pid
 
     def _fork(self, cmd: list[str], cwd: Path, env: dict[str, str], log_path: Path) -> forkserver.ForkedChild | None:
@@ -112,17 +110,7 @@ class LocalGroup(ReplicaGroup):
         procs.stop_groups([self._procs[r] for r in replicas if r in self._procs], grace)
 
     def read_log(self, replica: ReplicaId) -> bytes:
-        path = self._logs.get(replica)
-        if path is None:
-            return b""
-        try:
-            with open(path, "rb") as f:
-                f.seek(self._offsets[replica])
-                chunk = f.read(_READ_CHUNK)
-        except OSError:
-            return b""
-        self._offsets[replica] += len(chunk)
-        return chunk
+        return self._logs.read(replica)
 
     def samples(self) -> list[tuple[str, float, int]]:
         """CPU % and RSS of each running replica, its child processes included."""
@@ -161,7 +149,6 @@ class LocalGroup(ReplicaGroup):
             self.ports.release()
         self._procs.clear()
         self._logs.clear()
-        self._offsets.clear()
         self._psutil.clear()
 
     def shutdown(self) -> None:
