@@ -12,14 +12,14 @@ Run by hand, alone: ``cd examples/mnist_keras_jax && KERAS_BACKEND=jax python -m
 from __future__ import annotations
 
 import argparse
+import json
 import logging
-import math
 import os
 import signal
 import sys
 import tempfile
-import traceback
 import time
+import traceback
 from pathlib import Path
 
 WALL_START = time.time()
@@ -100,7 +100,7 @@ class ChiefBackup(keras.callbacks.BackupAndRestore):
 
     def _save_model(self):
         if jax.process_index() == 0:
-            super()._save_model()
+            self._save_atomically()
         else:
             os.makedirs(self.scratch, exist_ok=True)
             self.model.save_weights(os.path.join(self.scratch, "scratch.weights.h5"), overwrite=True)
@@ -110,6 +110,17 @@ class ChiefBackup(keras.callbacks.BackupAndRestore):
             self.saves += 1
             distributed.global_state.client.wait_at_barrier(f"backup-{self.saves}", 600_000)
 
+
+    def _save_atomically(self):
+        """Keras writes the backup in place, so a process stopped mid-save (the group is stopped when a
+        peer dies) would leave a file the restart cannot read: write each file aside, then rename it."""
+        os.makedirs(self.backup_dir, exist_ok=True)
+        staged = self._weights_path.removesuffix(".weights.h5") + ".staged.weights.h5"
+        self.model.save_weights(staged, overwrite=True)
+        os.replace(staged, self._weights_path)
+        with open(self._training_metadata_path + ".staged", "w") as f:
+            json.dump({"epoch": self._current_epoch, "batch": self._last_batch_seen}, f)
+        os.replace(self._training_metadata_path + ".staged", self._training_metadata_path)
 
     def on_train_end(self, logs=None):
         if jax.process_index() == 0:  # one process removes the backup (two would race over its files)
