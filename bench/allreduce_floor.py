@@ -1,5 +1,5 @@
 """What one all-reduce costs between two MultiWorkerMirroredStrategy workers on this machine, with
-nothing else to do (issue 13, item 4): the floor under a two-worker step's overhead.
+nothing else to do: the floor under a two-worker step's overhead.
 
 Starts ``--workers`` processes (TF_CONFIG by hand, localhost), each with ``--threads`` threads;
 each runs ``--iterations`` all-reduces of ``--floats`` float32 values inside one tf.function

@@ -1,4 +1,4 @@
-"""multiworker's CPU cost per trained image against the hand-launched script (issue 13, item 3).
+"""multiworker's CPU cost per trained image against the hand-launched script.
 
 Same recipe on both sides (the tutorials' CNN, Adam with the one-cycle schedule, batch 64 per
 worker), same workers and thread budget, same number of steps. CPU seconds are user + system of

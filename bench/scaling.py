@@ -1,4 +1,4 @@
-"""Scaling on one machine (issue 13, item 4): 2 workers x 1 thread (MultiWorkerMirroredStrategy)
+"""Scaling on one machine: 2 workers x 1 thread (MultiWorkerMirroredStrategy)
 against 1 process x 2 threads (default strategy), same global batch, same steps, both through
 `multiworker run examples/mnist/job.yaml`.
 

@@ -1,4 +1,4 @@
-"""Steady-state step time of the MNIST example's model, without the launcher (issue 13, item 4).
+"""Steady-state step time of the MNIST example's model, without the launcher.
 
 Starts ``--workers`` processes itself (1: the default strategy; more: MultiWorkerMirroredStrategy
 over localhost, TF_CONFIG set by hand; ``--independent``: that many processes that do not talk),
