@@ -3,12 +3,14 @@
 One run, side by side: the SavedModel's signature called in-process (no server) on one row, from 16
 threads on one row each, and on batches of the sizes the server formed; the server over REST and over gRPC with 1 and 16 clients,
 each client its own process (one image per request, keep-alive connection / one channel); then a
-~100 MB REST request sent while 4 one-row clients run, and the server's memory before and after.
+~100 MB REST request sent while 4 one-row clients run, and the server's memory before and after; then,
+as baselines, 16 clients on a server whose batches wait to fill (--batch-timeout 5ms) and, with
+--gc-baseline, REST on a server that does not gc.freeze() after loading.
 The last line is JSON: grpc_16_ratio and rest_16_ratio (rows/s with 16 clients over the in-process
 rows/s at the same mean batch size), rest_1_p99_ms, grpc_1_p99_ms, in_process_1_row_ms (median),
 big_request_extra_ms (the other clients' p99 latency during the big request minus their p99 before it;
 their medians and maxima are printed too).
-Run: .venv/bin/python bench/serve_mnist.py [--seconds 5] [--big-mb 100] [--gc-baseline]
+Run: .venv/bin/python bench/serve_mnist.py [--seconds 5] [--big-mb 100] [--timeout-baseline 5ms] [--gc-baseline]
 """
 
 from __future__ import annotations
@@ -188,6 +190,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=5.0, help="per measurement")
     parser.add_argument("--big-mb", type=float, default=100.0, help="size of the big request (0: skip)")
+    parser.add_argument("--timeout-baseline", default="5ms", metavar="DURATION",
+                        help="also 16 clients over REST and gRPC on a server whose batches wait this long to fill "
+                             "(--batch-timeout; '' to skip)")
     parser.add_argument("--gc-baseline", action="store_true",
                         help="also REST with 16 clients on a server that does not gc.freeze() after loading")
     args = parser.parse_args()
@@ -243,6 +248,18 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
     finally:
         proc.terminate()
         proc.wait(60)
+    if args.timeout_baseline:  # batches that wait to fill, against the default that takes what is queued
+        mode = f"--batch-timeout {args.timeout_baseline}"
+        proc, info = _start_server(model_dir, extra=("--batch-timeout", args.timeout_baseline))
+        try:
+            url = info["url"] + ":predict"
+            request = _predict_request(tf, image, input_name)
+            for api, target, target_args in (("REST", _rest_client, (url, body)),
+                                              ("gRPC", _grpc_client, (info["grpc"], request))):
+                rows.append(_phase(f"{api}, {mode}", 16, proc.pid, info, target, target_args, args.seconds))
+        finally:
+            proc.terminate()
+            proc.wait(60)
     if args.gc_baseline:  # the same server without gc.freeze() after loading: REST, 16 clients
         proc, info = _start_server(model_dir, freeze=False)
         try:
@@ -281,6 +298,10 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
         "rest_16_server_cpu_ms_per_request": round(find("REST", 16)["server_cpu_ms_per_request"], 3),
         "grpc_16_server_cpu_ms_per_request": round(find("gRPC", 16)["server_cpu_ms_per_request"], 3),
         "load_average": round(os.getloadavg()[0], 1),
+        "rest_16_rps": round(find("REST", 16)["rps"], 1), "grpc_16_rps": round(find("gRPC", 16)["rps"], 1),
+        **({"rest_16_timeout_baseline_rps": round(find(f"REST, --batch-timeout {args.timeout_baseline}", 16)["rps"], 1),
+            "grpc_16_timeout_baseline_rps": round(find(f"gRPC, --batch-timeout {args.timeout_baseline}", 16)["rps"], 1)}
+           if args.timeout_baseline else {}),
         **({"rest_16_no_gc_freeze_rps": round(find("REST, no gc.freeze", 16)["rps"], 1),
             "rest_16_no_gc_freeze_p99_ms": round(find("REST, no gc.freeze", 16)["p99_ms"], 2)}
            if args.gc_baseline else {}),
@@ -298,7 +319,7 @@ def _predict_request(tf, image: np.ndarray, input_name: str) -> bytes:
     return request.SerializeToString()
 
 
-def _start_server(model_dir: Path, freeze: bool = True) -> tuple[subprocess.Popen, dict]:
+def _start_server(model_dir: Path, freeze: bool = True, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, dict]:
     from multiworker.procs import free_ports
 
     rest_port, grpc_port = free_ports(2)
@@ -306,7 +327,7 @@ def _start_server(model_dir: Path, freeze: bool = True) -> tuple[subprocess.Pope
     launch = (["-m", "multiworker"] if freeze else
               ["-c", "import gc, runpy; gc.freeze = lambda: None; runpy.run_module('multiworker', run_name='__main__')"])
     cmd = [sys.executable, *launch, "serve", str(model_dir), "--port", str(rest_port), "--grpc-port", str(grpc_port),
-           "--name", "mnist", "--json", "--max-request-size", "256MB"]
+           "--name", "mnist", "--json", "--max-request-size", "256MB", *extra]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
                             env={**os.environ, "PYTHONPATH": str(REPO / "src")})
     return proc, json.loads(proc.stdout.readline())

@@ -136,7 +136,7 @@ def test_status_metadata_and_vertex_shapes(client):
 def test_full_queue_gets_503():
     gate = threading.Event()
     model = FakeModel(gate)
-    app = create_app(model, name="m", options=BatchOptions(max_batch_size=1, max_queue=1))
+    app = create_app(model, name="m", options=BatchOptions(max_batch_size=1, max_queue=1, threads=1))
     body = {"signature_name": "one", "instances": [[1.0]]}
     with TestClient(app) as client:
         results: list = []
@@ -216,6 +216,60 @@ def test_lone_request_does_not_wait_out_the_batch_timeout():
     assert len(together) == 3 and model.calls[1] == ("one", 3)  # queued together: still one call
 
 
+def test_model_calls_run_side_by_side_and_a_split_request_is_joined_in_row_order():
+    """Two call slots: the calls for a request's two halves overlap, and the second half may finish first."""
+    both_running = threading.Barrier(2, timeout=30)  # broken (an error) unless two calls run at once
+    second_done = threading.Event()
+
+    def run(signature, inputs):
+        both_running.wait()
+        if inputs["x"][0, 0] == 0.0:  # the first half waits for the second to finish
+            assert second_done.wait(30)
+        else:
+            second_done.set()
+        return {"y": inputs["x"] * 2}
+
+    async def main():
+        batcher = Batcher(run, BatchOptions(max_batch_size=2, threads=2))
+        await batcher.start()
+        try:
+            return await batcher.submit("one", {"x": np.arange(4, dtype=np.float32)[:, None]})
+        finally:
+            await batcher.stop()
+
+    assert asyncio.run(main())["y"][:, 0].tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_queued_requests_run_together_without_waiting_by_default():
+    """Timeout 0: what queued while a call ran is the next batch, taken at once."""
+    entered, gate, calls = threading.Event(), threading.Event(), []
+
+    def run(signature, inputs):
+        entered.set()
+        assert gate.wait(30)
+        calls.append(len(inputs["x"]))
+        return {"y": inputs["x"] * 2}
+
+    async def main():
+        batcher = Batcher(run, BatchOptions(max_batch_size=8, threads=1))
+        await batcher.start()
+        try:
+            first = asyncio.ensure_future(batcher.submit("one", {"x": np.ones((1, 1), np.float32)}))
+            assert await asyncio.to_thread(entered.wait, 30)  # the first call is in the model
+            rest = [asyncio.ensure_future(batcher.submit("one", {"x": np.full((1, 1), v, np.float32)}))
+                    for v in range(2, 6)]
+            while batcher.depth() < 4:  # all four queued behind it
+                await asyncio.sleep(0)
+            gate.set()
+            return await asyncio.gather(first, *rest)
+        finally:
+            await batcher.stop()
+
+    outputs = asyncio.run(main())
+    assert [o["y"][0, 0] for o in outputs] == [2.0, 4.0, 6.0, 8.0, 10.0]
+    assert calls == [1, 4]
+
+
 _DEEP = 100_000
 
 
@@ -275,7 +329,7 @@ def test_large_request_runs_as_calls_of_at_most_max_batch_size():
         response = client.post("/v1/models/m:predict", json={"signature_name": "one",
                                                               "instances": [[float(i)] for i in range(100)]})
     assert response.json() == {"predictions": [[2.0 * i] for i in range(100)]}
-    assert [n for _, n in model.calls] == [8] * 12 + [4]
+    assert sorted(n for _, n in model.calls) == [4] + [8] * 12
 
 
 def test_split_request_shares_calls_with_concurrent_requests():

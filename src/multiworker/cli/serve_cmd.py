@@ -20,8 +20,11 @@ def serve(
     host: str = typer.Option("127.0.0.1", "--host", help="Interface to listen on; 0.0.0.0 exposes it to the network."),
     name: Optional[str] = typer.Option(None, "--name", help="Model name in URLs (default: the job's name or the directory's)."),
     max_batch_size: int = typer.Option(32, "--max-batch-size", min=1, help="Most rows in one model call: concurrent requests are merged up to it, larger ones split."),
-    batch_timeout: str = typer.Option("5ms", "--batch-timeout", help="Longest a batch of queued requests waits to fill (5ms, 500us, 0.01s); "
-                                     "a lone request never waits."),
+    batch_timeout: str = typer.Option("0", "--batch-timeout", help="Longest a batch that has company waits to fill (5ms, 500us, 0.01s); "
+                                     "0 runs what is queued at once, TF Serving's advice on CPUs; a lone request never waits."),
+    model_threads: int = typer.Option(0, "--model-threads", min=0, show_default=False,
+                                      help="Model calls that may run at once, TF Serving's num_batch_threads (default: 1 with batching, "
+                                           "as one call uses every core; 4 with --no-batching)."),
     max_queue: int = typer.Option(1000, "--max-queue", min=1, help="Requests waiting at most; more get 503."),
     max_request_size: str = typer.Option("64MB", "--max-request-size",
                                          help="Largest REST body or gRPC message (e.g. 64MB, 512KB); larger get 413."),
@@ -45,7 +48,8 @@ def serve(
     from multiworker.serve.server import serve as run_server
 
     options = BatchOptions(enabled=not no_batching, max_batch_size=max_batch_size,
-                           timeout=parse_duration_ms(batch_timeout), max_queue=max_queue)
+                           timeout=parse_duration_ms(batch_timeout), max_queue=max_queue,
+                           threads=model_threads or None)
     limits = Limits(max_request_bytes=parse_size(max_request_size), max_connections=max_connections,
                     read_timeout=read_timeout)
 

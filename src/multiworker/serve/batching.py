@@ -1,15 +1,19 @@
 """Server-side batching of concurrent requests, as TF Serving's batching options do it.
 
-Requests wait in a bounded queue (full -> 503). A model call takes at most ``max_batch_size`` rows:
-it starts with the oldest request and adds queued requests for the same signature and per-row
-shapes while ``timeout`` has not passed since it started. A request with more rows than fit is
-split: the rest goes to the back of the queue, so a 10,000-row request shares the model with the
-requests that arrive meanwhile instead of holding it for 300 calls. A request with nothing else
-queued runs at once: waiting out the timeout for company that is not coming only added latency
-(at one client, p50 9 ms instead of 3 ms). Inputs are concatenated into one
+Requests wait in a bounded queue (full -> 503). Up to ``threads`` model calls run at once (TF
+Serving's ``num_batch_threads``): by default one with batching, since one call already uses every
+core through TensorFlow's own thread pool, and four without. When a call slot is free, a batch starts
+with the oldest request and takes every queued request for the same signature and per-row shapes,
+up to ``max_batch_size`` rows. With ``timeout`` 0 (the default, TF Serving's advice for CPU-only
+serving) it runs what is queued at once: while a call runs, the requests that arrive queue up and
+form the next batch, so batches grow with the load by themselves. A ``timeout`` above 0 lets a batch
+that already has company wait up to that long to fill (worth it where a call costs about the same
+for 1 row as for many, as on a GPU); a lone request never waits. A request with more rows than fit
+is split: the rest goes to the back of the queue, so a 10,000-row request shares the model with the
+requests that arrive meanwhile instead of holding it for 300 calls. Inputs are concatenated into one
 model call and the outputs split back. If a merged call fails, each part is retried alone, so one
-bad request cannot fail its neighbours. Without batching, calls run concurrently, still bounded
-and still split into calls of at most ``max_batch_size`` rows.
+bad request cannot fail its neighbours. Without batching, calls run concurrently, still bounded and
+still split into calls of at most ``max_batch_size`` rows.
 """
 
 from __future__ import annotations
@@ -38,9 +42,13 @@ Run = Callable[[str, dict[str, np.ndarray]], dict[str, np.ndarray]]
 class BatchOptions:
     enabled: bool = True
     max_batch_size: int = 32
-    timeout: float = 0.005
+    timeout: float = 0.0
     max_queue: int = 1000
-    threads: int = 4  # model calls at once when batching is off
+    threads: int | None = None  # model calls at once; None: 1 with batching, 4 without
+
+    @property
+    def calls_at_once(self) -> int:
+        return max(1, self.threads or (1 if self.enabled else 4))
 
 
 @dataclass(eq=False)
@@ -50,7 +58,8 @@ class _Item:
     rows: int | None  # None: inputs without a shared 0-th dimension; run alone, unsplit
     future: asyncio.Future
     sent: int = 0  # rows handed to model calls so far
-    parts: list = field(default_factory=list)  # outputs of those calls, in order
+    done: int = 0  # rows whose outputs came back
+    parts: list = field(default_factory=list)  # (first row, outputs) of those calls, in any order
     key: tuple = ()
 
     def __post_init__(self) -> None:
@@ -82,8 +91,8 @@ class Batcher:
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task | None = None
         self._inflight = 0
-        self._pool = ThreadPoolExecutor(max_workers=1 if options.enabled else options.threads,
-                                        thread_name_prefix="serve-model")
+        self._calls: set[asyncio.Task] = set()
+        self._pool = ThreadPoolExecutor(max_workers=options.calls_at_once, thread_name_prefix="serve-model")
 
     def depth(self) -> int:
         return len(self._queue) if self._task is not None else self._inflight
@@ -97,6 +106,8 @@ class Batcher:
         if self._task:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        if self._calls:
+            await asyncio.gather(*self._calls, return_exceptions=True)
         for item in self._queue:
             if not item.future.done():
                 item.future.set_exception(Unavailable("the server is shutting down"))
@@ -125,7 +136,8 @@ class Batcher:
         try:
             for start in range(0, rows or 1, size):
                 stop = min(start + size, rows) if rows else 0
-                item.parts.append(await loop.run_in_executor(self._pool, self._run, signature, item.slice(start, stop)))
+                item.parts.append((start, await loop.run_in_executor(self._pool, self._run, signature,
+                                                                     item.slice(start, stop))))
                 self._observe(1, (stop - start) or 1)
         finally:
             self._inflight -= 1
@@ -195,15 +207,28 @@ class Batcher:
         return batch
 
     async def _loop(self) -> None:
+        slots = asyncio.Semaphore(self.options.calls_at_once)
         while True:
-            parts = await self._collect()
+            await slots.acquire()
             try:
-                await self._call(parts)
-            except Exception as exc:  # noqa: BLE001 - the batcher must outlive any one batch
-                log.exception("a batch failed")
-                for part in parts:
-                    if not part.item.future.done():
-                        part.item.future.set_exception(exc)
+                parts = await self._collect()
+            except BaseException:
+                slots.release()
+                raise
+            call = asyncio.create_task(self._batch(parts, slots))
+            self._calls.add(call)
+            call.add_done_callback(self._calls.discard)
+
+    async def _batch(self, parts: list[_Part], slots: asyncio.Semaphore) -> None:
+        try:
+            await self._call(parts)
+        except Exception as exc:  # noqa: BLE001 - the batcher must outlive any one batch
+            log.exception("a batch failed")
+            for part in parts:
+                if not part.item.future.done():
+                    part.item.future.set_exception(exc)
+        finally:
+            slots.release()
 
     async def _call(self, parts: list[_Part]) -> None:
         loop = asyncio.get_running_loop()
@@ -227,8 +252,9 @@ class Batcher:
         self._observe(len(live), sum(p.rows or 1 for p in live))
         for part, piece in zip(live, pieces):
             item = part.item
-            item.parts.append(piece)
-            if (item.rows is None or part.stop == item.rows) and not item.future.done():
+            item.parts.append((part.start, piece))
+            item.done += part.rows
+            if (item.rows is None or item.done == item.rows) and not item.future.done():
                 try:
                     item.future.set_result(_join(item.parts))
                 except ValueError:
@@ -238,10 +264,12 @@ class Batcher:
                 item.parts = []
 
 
-def _join(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def _join(parts: list[tuple[int, dict[str, np.ndarray]]]) -> dict[str, np.ndarray]:
+    """One request's outputs from its calls' (first row, outputs), which may have finished in any order."""
     if len(parts) == 1:
-        return parts[0]
-    return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        return parts[0][1]
+    ordered = [outputs for _, outputs in sorted(parts, key=lambda p: p[0])]
+    return {k: np.concatenate([p[k] for p in ordered]) for k in ordered[0]}
 
 
 def _split(outputs: dict[str, np.ndarray], rows: list[int]) -> list[dict[str, np.ndarray]]:

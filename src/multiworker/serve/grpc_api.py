@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from multiworker.errors import UserError
-from multiworker.serve import codec, examples
+from multiworker.serve import codec, examples, tensor_proto
 from multiworker.serve.limits import Limits
 from multiworker.serve.signatures import (
     DEFAULT_SIGNATURE,
@@ -103,7 +103,6 @@ class _Service:
             response.model_spec.signature_name = sig.name
 
     def to_array(self, name: str, proto, info: TensorInfo) -> np.ndarray:
-        import tensorflow as tf
         from tensorflow.core.framework import types_pb2
 
         dtype = numpy_dtype(info.dtype)
@@ -117,14 +116,12 @@ class _Service:
         if math.prod(dims) * itemsize > self.server.limits.max_request_bytes:
             raise BadRequest(f"input '{name}': tensor_shape {dims} is larger than --max-request-size allows")
         try:
-            array = tf.make_ndarray(proto)
+            array = tensor_proto.to_ndarray(proto)
         except (ValueError, TypeError) as exc:
             raise BadRequest(f"input '{name}': not a valid TensorProto: {str(exc)[:200]}") from None
         return codec.check_shape(name, array, info)
 
     async def predict(self, request, response) -> None:
-        import tensorflow as tf
-
         sig = self.spec(request.model_spec)
         missing = sorted(set(sig.inputs) - set(request.inputs))
         extra = sorted(set(request.inputs) - set(sig.inputs))
@@ -139,7 +136,7 @@ class _Service:
         outputs = await self.server.batcher.submit(sig.name, inputs)
         for name in wanted:
             if name in outputs:
-                response.outputs[name].CopyFrom(tf.make_tensor_proto(outputs[name]))
+                tensor_proto.fill(response.outputs[name], outputs[name])
         self.reply_spec(response, sig)
 
     def serialized_examples(self, input_proto, sig: SignatureInfo, verb: str) -> tuple[dict[str, np.ndarray], int]:
