@@ -116,11 +116,11 @@ def test_cancel_ctrl_c_and_a_killed_launcher_leave_no_container(mnist_image, mw_
     for stop, state in ((signal.SIGINT, "Cancelled"), (signal.SIGKILL, "Lost")):
         launcher = mw_popen(*args, home=mw_home)
         try:
-            job = wait_for(lambda: next((j for j in Store(mw_home).list_jobs() if j.id not in seen), None), timeout=60)
+            job = wait_for(lambda: next((j for j in Store(mw_home).list_jobs() if j.id not in seen), None), timeout=300)
             seen.add(job.id)
             wait_for(lambda job_id=job.id: len(running(job_id)) == 2, timeout=240, interval=0.5)
             launcher.send_signal(stop)
-            launcher.wait(timeout=60)
+            launcher.wait(timeout=300)
         finally:
             if launcher.poll() is None:
                 launcher.kill()

@@ -47,7 +47,7 @@ def test_full_disk_is_reported_and_supervision_goes_on(tmp_path):
         spec.write_text(f"name: full\ncommand: [{sys.executable}, filler_prog.py]\nworking_dir: {tmp_path}\n"
                         f"env: {{MW_FULL_DIR: '{home}'}}\npools: {{worker: {{replicas: 2}}}}\n"
                         "run_policy: {backoff_limit: 0}\n")
-        proc = mw("run", str(spec), home=home, timeout=120)
+        proc = mw("run", str(spec), home=home, timeout=600)
         assert "Traceback" not in proc.stdout + proc.stderr, proc.stdout[-3000:] + proc.stderr[-3000:]
         assert "cannot write the job's records" in proc.stdout, proc.stdout[-3000:]
         assert proc.returncode == 0, proc.stdout[-3000:]

@@ -105,7 +105,7 @@ def test_keras_jax_example_resumes_after_a_kill_and_its_export_serves(mw_home):
         assert (predictions.argmax(1) == y).mean() >= 0.75
     finally:
         serve.terminate()
-        serve.wait(timeout=60)
+        serve.wait(timeout=300)
 
 
 @pytest.mark.timeout(2400)

@@ -62,7 +62,7 @@ def test_mnist_worker_stopped_in_the_collective_is_the_laggard(mw_home):
                         "--inject-failure", "worker-1@epoch:1:STOP", "--", "--epochs", "2", "--steps-per-epoch", "40",
                         home=mw_home)
     try:
-        job_id = wait_for(lambda: (jobs := Store(mw_home).list_jobs()) and jobs[0].id, timeout=60)
+        job_id = wait_for(lambda: (jobs := Store(mw_home).list_jobs()) and jobs[0].id, timeout=300)
         # worker-1 is stopped: the group stays up, waiting, for the 20 s hang timeout
         wait_for(lambda: _events(mw_home, job_id, "InjectedFailure"), timeout=300, interval=0.2)
         live = mw("stacks", job_id, home=mw_home, timeout=300)

@@ -215,7 +215,7 @@ def test_cli_detached_run_keeps_syncing_and_cancel_deletes(fake, tmp_path):
     proc = mw("run", str(path), "--backend", "kubernetes", "--detach")
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip()
-    fake.wait_for(lambda f: Store().get_job(job_id).state == "Running", timeout=60)
+    fake.wait_for(lambda f: Store().get_job(job_id).state == "Running", timeout=300)
     proc = mw("cancel", job_id)
     assert proc.returncode == 0, proc.stderr
     assert fake.items("jobsets", "ml") == [] and fake.items("pods", "ml") == []

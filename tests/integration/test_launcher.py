@@ -84,7 +84,7 @@ def test_signal_to_launcher_stops_everything(tmp_path, mw_home, sig, code):
     launcher = mw_popen("run", str(spec), "-q", "--", "--epochs", "1000", home=mw_home)
     job = running_job(mw_home)
     launcher.send_signal(sig)
-    launcher.wait(timeout=60)
+    launcher.wait(timeout=300)
     assert launcher.returncode == code
     assert no_processes_left(job.id)
     doc = status(mw_home, job.id)

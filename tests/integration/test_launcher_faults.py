@@ -39,7 +39,7 @@ def _spec(tmp_path, program: str, body: str, extra: str = "") -> str:
 
 
 def test_final_metrics_after_a_flood_of_output_are_kept(tmp_path, mw_home):
-    proc = mw("run", _spec(tmp_path, "flood.py", FLOOD), "-q", home=mw_home, timeout=120)
+    proc = mw("run", _spec(tmp_path, "flood.py", FLOOD), "-q", home=mw_home, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:]
     finals = Store(mw_home).metrics(status(mw_home)["id"], "final")
     assert sorted(m["replica"] for m in finals) == ["worker-0", "worker-1"]
@@ -63,7 +63,7 @@ def _stubborn_job(tmp_path, mw_home, grace: str):
 
 def _wait_in_logs(mw_home, job, text: str) -> None:
     logs = [Path(mw_home, "jobs", job.id, "attempt_0", f"worker-{i}.log") for i in (0, 1)]
-    wait_for(lambda: all(log.exists() and text in log.read_text() for log in logs), timeout=120)
+    wait_for(lambda: all(log.exists() and text in log.read_text() for log in logs), timeout=600)
 
 
 def _grace_events(mw_home, job: dict) -> list[dict]:

@@ -87,13 +87,13 @@ def _run_and_probe(tmp_path: Path, home: Path, two_hosts, netns: str) -> tuple[l
             done = len(logs) == 2 and all(p.exists() and "reached all peers" in p.read_text() for p in logs)
             return (jobs[0], reps) if done else None
 
-        job, reps = wait_for(ready, timeout=60)
+        job, reps = wait_for(ready, timeout=300)
         namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
         probe = subprocess.run(_in_ns(other, [sys.executable, "-c", _PROBE, MACHINE_IP,
                                               *[str(r["port"]) for r in reps]]),
                                capture_output=True, text=True, timeout=60)
         (Path(job.output_dir) / "stop").touch()
-        out, _ = launcher.communicate(timeout=60)
+        out, _ = launcher.communicate(timeout=300)
     finally:
         if launcher.poll() is None:
             launcher.kill()
@@ -127,7 +127,7 @@ def test_namespace_removed_when_the_launcher_is_killed(tmp_path, mw_home):
     launcher = subprocess.Popen([sys.executable, "-m", "multiworker", "run", str(spec), "-q", "--", "--epochs", "600"],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        job = wait_for(lambda: _running(mw_home), timeout=60)
+        job = wait_for(lambda: _running(mw_home), timeout=300)
         assert Path(f"/run/netns/mw-{job.id}").exists()
     finally:
         launcher.send_signal(signal.SIGKILL)

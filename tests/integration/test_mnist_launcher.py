@@ -58,10 +58,10 @@ def test_ctrl_c_stops_tensorflow_workers_at_once(mw_home):
                         home=mw_home)
     job = running_job(mw_home)
     logs = [Path(mw_home, "jobs", job.id, "attempt_0", f"worker-{i}.log") for i in (0, 1)]
-    wait_for(lambda: all("in sync" in log.read_text() for log in logs), timeout=120)  # strategy made
+    wait_for(lambda: all("in sync" in log.read_text() for log in logs), timeout=600)  # strategy made
     start = time.monotonic()
     launcher.send_signal(signal.SIGINT)
-    launcher.wait(timeout=90)
+    launcher.wait(timeout=300)
     took = time.monotonic() - start
     assert launcher.returncode == 130
     assert took < 40, f"the stop took {took:.1f} s: SIGTERM did not end the workers before the 60 s grace"

@@ -24,7 +24,7 @@ MNIST = str(REPO / "examples" / "mnist" / "job.yaml")
 
 def detach(home: Path, spec: Path, *args: str) -> str:
     """``run --detach``: the job id, once the launcher has returned."""
-    proc = mw("run", str(spec), "--detach", *args, home=home, timeout=120)
+    proc = mw("run", str(spec), "--detach", *args, home=home, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.strip().splitlines()[-1]
 
@@ -59,7 +59,7 @@ def test_logs_replica_and_follow_across_a_restart_end_with_the_job(tmp_path, mw_
     job_id = detach(mw_home, spec, "--", "--epochs", "4", "--epoch-seconds", "0.5",
                     "--fail-replica", "worker-1", "--fail-attempts", "1")
     follower = mw_bg(mw_home, "logs", job_id, "--replica", "worker-1", "--follow")
-    out, err = follower.communicate(timeout=120)
+    out, err = follower.communicate(timeout=600)
     assert follower.returncode == 0, err
     assert status(mw_home, job_id)["state"] == "Succeeded"  # it ended with the job
     lines = out.splitlines()
@@ -94,7 +94,7 @@ def test_sigkilled_supervisor_is_lost_and_leaves_no_replica(tmp_path, mw_home):
                    and all(r["state"] == "Running" for r in d["replicas"]) and d)
     pids = [r["pid"] for r in doc["replicas"]]
     os.kill(doc["supervisor_pid"], signal.SIGKILL)
-    wait_for(lambda: not pid_alive(doc["supervisor_pid"]), timeout=60)
+    wait_for(lambda: not pid_alive(doc["supervisor_pid"]), timeout=300)
     after = status(mw_home, job_id)  # the next command that reads it
     assert after["state"] == "Lost", after
     assert "is gone" in after["message"] and {r["state"] for r in after["replicas"]} == {"Lost"}
@@ -126,7 +126,7 @@ def test_watch_exits_when_the_job_ends(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{worker: {replicas: 2}}")
     job_id = detach(mw_home, spec, "--", "--epochs", "4", "--epoch-seconds", "0.4")
     watcher = mw_bg(mw_home, "watch", job_id, "--interval", "0.2")
-    out, err = watcher.communicate(timeout=120)
+    out, err = watcher.communicate(timeout=600)
     assert watcher.returncode == 0, err
     assert "Succeeded" in out and "worker-1" in out and "4/4" in out
 
@@ -137,7 +137,7 @@ def test_two_concurrent_jobs_both_succeed(tmp_path, mw_home):
         (tmp_path / name).mkdir()
         specs.append(fake_spec(tmp_path / name, "{chief: {}, worker: {replicas: 2}}", name=name))
     ids = [detach(mw_home, spec, "--", "--epochs", "5", "--epoch-seconds", "0.3") for spec in specs]
-    wait_for(lambda: all(status(mw_home, j)["state"] in ("Succeeded", "Failed") for j in ids), timeout=120)
+    wait_for(lambda: all(status(mw_home, j)["state"] in ("Succeeded", "Failed") for j in ids), timeout=600)
     docs = [status(mw_home, j) for j in ids]
     assert [d["state"] for d in docs] == ["Succeeded", "Succeeded"]
     ports = [{r["port"] for r in d["replicas"]} for d in docs]
@@ -171,12 +171,12 @@ def test_tensorboard_serves_the_job_logs(tmp_path, mw_home):
     try:
         ready = json.loads(tb.stdout.readline())
         assert ready["url"] == f"http://127.0.0.1:{port}/" and ready["logdir"].endswith("logs")
-        with urllib.request.urlopen(ready["url"], timeout=60) as resp:
+        with urllib.request.urlopen(ready["url"], timeout=300) as resp:
             assert resp.status == 200
     finally:
         tb.send_signal(signal.SIGINT)
         try:
-            tb.wait(timeout=90)  # it stops TensorBoard (SIGTERM, SIGKILL after 10 s) on a loaded machine
+            tb.wait(timeout=300)  # it stops TensorBoard (SIGTERM, SIGKILL after 10 s) on a loaded machine
         except subprocess.TimeoutExpired:
             tb.kill()
             pytest.fail(f"`multiworker tensorboard` still ran 90 s after SIGINT: {tb.communicate()[1][-2000:]}")

@@ -97,7 +97,7 @@ def test_sigkill_on_second_host_restarts_group_and_resumes(cluster, mw_home):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(mw_home))
     try:
         store = Store(mw_home)
-        job = wait_for(lambda: store.list_jobs() and store.list_jobs()[0], timeout=60)
+        job = wait_for(lambda: store.list_jobs() and store.list_jobs()[0], timeout=300)
         wait_for(lambda: any(m["replica"] == "worker-0" for m in store.metrics(job.id, "epoch")), timeout=240)
         remote = next(r for r in store.replicas(job.id) if r["host"] == NODE_IP)
         assert cluster.net_ns_of(remote["pid"]) == cluster.node_ns  # really on the second host
@@ -134,7 +134,7 @@ def test_ctrl_c_leaves_no_replica_on_either_host(cluster, mw_home):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(mw_home))
     try:
         store = Store(mw_home)
-        job = wait_for(lambda: store.list_jobs() and store.list_jobs()[0], timeout=60)
+        job = wait_for(lambda: store.list_jobs() and store.list_jobs()[0], timeout=300)
         reps = wait_for(lambda: (r := store.replicas(job.id)) and len(r) == 2
                         and all(x["state"] == "Running" for x in r) and r, timeout=120)
         where = {f"{r['role']}-{r['idx']}": cluster.net_ns_of(r["pid"]) for r in reps}
@@ -144,7 +144,7 @@ def test_ctrl_c_leaves_no_replica_on_either_host(cluster, mw_home):
         assert tf_config["task"]["index"] == 1 and tf_config["cluster"]["worker"][1].startswith(NODE_IP)
         time.sleep(1)
         proc.send_signal(signal.SIGINT)
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()

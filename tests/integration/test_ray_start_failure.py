@@ -129,7 +129,7 @@ def test_a_stop_signal_while_connecting_cancels_the_job(tmp_path, mw_home):
         env, proc = _ray_run(tmp_path, mw_home, f"127.0.0.1:{port}", MULTIWORKER_RAY_INIT_TIMEOUT="600")
         assert dialed.wait(120), "the launcher never dialed the address"
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=300)
     finally:
         listener.close()
         for conn in accepted:

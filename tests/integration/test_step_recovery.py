@@ -35,12 +35,12 @@ def _kill_worker_1_mid_epoch(mw_home, backup_every: str, *, sigterm_chief: bool 
             row = jobs and store.progress(jobs[0].id).get("worker-0")
             return jobs[0] if row and row["attempt"] == 0 and (row["step"] or 0) >= 20 else None
 
-        job = wait_for(progressed, timeout=90, interval=0.2)
+        job = wait_for(progressed, timeout=300, interval=0.2)
         pids = {r["idx"]: r["pid"] for r in Store(mw_home).replicas(job.id) if r["role"] == "worker"}
         os.kill(pids[1], signal.SIGKILL)
         if sigterm_chief:
             os.kill(pids[0], signal.SIGTERM)
-        out, _ = proc.communicate(timeout=120)
+        out, _ = proc.communicate(timeout=600)
     finally:
         if proc.poll() is None:
             proc.kill()

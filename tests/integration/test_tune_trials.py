@@ -59,12 +59,12 @@ def test_interrupted_study_resumes_with_only_the_rest(mw_home, tmp_path):
             seen.append(line)
             if line.startswith("trial 3 started"):
                 job_id = line.split("job ")[1].split()[0]
-                wait_for(lambda job_id=job_id: Store(mw_home).get_job(job_id).state == "Running", timeout=60)
+                wait_for(lambda job_id=job_id: Store(mw_home).get_job(job_id).state == "Running", timeout=300)
                 time.sleep(0.5)  # trial 3 is mid-run
                 proc.send_signal(signal.SIGINT)
                 break
         out = "".join(seen) + proc.stdout.read()
-        assert proc.wait(timeout=60) == 130, out
+        assert proc.wait(timeout=300) == 130, out
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -41,7 +41,7 @@ def browser(tmp_path_factory):
 
 def start_job(home: Path, tmp_path: Path, *trainer_args: str, workers: int = 2, name: str = "fake") -> str:
     spec = fake_spec(tmp_path, f"{{worker: {{replicas: {workers}}}}}", name=name)
-    proc = mw("run", str(spec), "--detach", "--", *trainer_args, home=home, timeout=120)
+    proc = mw("run", str(spec), "--detach", "--", *trainer_args, home=home, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.strip().splitlines()[-1]
 

@@ -58,7 +58,7 @@ def test_ui_on_a_taken_port_is_a_one_line_error(mw_home):
         busy.bind(("127.0.0.1", 0))
         busy.listen(1)
         port = busy.getsockname()[1]
-        proc = mw("ui", "--port", str(port), home=mw_home, timeout=60)
+        proc = mw("ui", "--port", str(port), home=mw_home, timeout=300)
     assert proc.returncode == 2
     assert proc.stderr.startswith(f"error: --port {port}: cannot listen") and proc.stderr.count("\n") == 1
 
@@ -79,7 +79,7 @@ def test_ui_off_loopback_requires_the_printed_token(mw_home):
 
 def test_several_clients_follow_a_running_job_and_the_server_stays_responsive(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{worker: {replicas: 2}}")
-    proc = mw("run", str(spec), "--detach", "--", "--epochs", "12", "--epoch-seconds", "0.4", home=mw_home, timeout=120)
+    proc = mw("run", str(spec), "--detach", "--", "--epochs", "12", "--epoch-seconds", "0.4", home=mw_home, timeout=600)
     assert proc.returncode == 0, proc.stderr
     job_id = proc.stdout.strip().splitlines()[-1]
     server = UiServer(mw_home)
@@ -122,7 +122,7 @@ def test_several_clients_follow_a_running_job_and_the_server_stays_responsive(tm
 
 def test_ctrl_c_with_a_log_stream_open_still_exits_promptly(tmp_path, mw_home):
     spec = fake_spec(tmp_path, "{worker: {replicas: 1}}")
-    proc = mw("run", str(spec), "--detach", "--", "--epochs", "200", "--epoch-seconds", "0.2", home=mw_home, timeout=120)
+    proc = mw("run", str(spec), "--detach", "--", "--epochs", "200", "--epoch-seconds", "0.2", home=mw_home, timeout=600)
     job_id = proc.stdout.strip().splitlines()[-1]
     server = UiServer(mw_home)
     got: list[str] = []
@@ -144,4 +144,4 @@ def test_ctrl_c_with_a_log_stream_open_still_exits_promptly(tmp_path, mw_home):
         assert not reader.is_alive()
     finally:
         server.stop()
-        assert mw("cancel", job_id, home=mw_home, timeout=120).returncode == 0
+        assert mw("cancel", job_id, home=mw_home, timeout=600).returncode == 0
