@@ -178,8 +178,11 @@ def test_tensorboard_serves_the_job_logs(tmp_path, mw_home):
         try:
             tb.wait(timeout=300)  # it stops TensorBoard (SIGTERM, SIGKILL after 10 s) on a loaded machine
         except subprocess.TimeoutExpired:
+            spy = str(Path(sys.executable).parent / "py-spy")
+            stacks = subprocess.run([spy, "dump", "--pid", str(tb.pid)], capture_output=True, text=True).stdout
             tb.kill()
-            pytest.fail(f"`multiworker tensorboard` still ran 90 s after SIGINT: {tb.communicate()[1][-2000:]}")
+            pytest.fail(f"`multiworker tensorboard` still ran 300 s after SIGINT; its stacks:\n{stacks}\n"
+                        f"{tb.communicate()[1][-2000:]}")
     assert tb.returncode == 0, tb.stderr.read()
     time.sleep(0.2)
     with pytest.raises(OSError):

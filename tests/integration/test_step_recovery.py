@@ -68,10 +68,11 @@ def test_kill_mid_epoch_resumes_from_step_backup(mw_home):
     assert not doc["last_metric_values"].keys() & BOOKKEEPING_KEYS
     # Only the chief writes the backups: worker-1 takes part in each (the same count) but saves nothing.
     # How many there are follows from the step the restart resumed at (one every 10 steps), however
-    # fast the machine ran.
+    # fast the machine ran: none when the kill landed in the epoch's last steps, as the test can see
+    # step 20 late on a loaded machine.
     attempt = Path(doc["output_dir"]).parent / "attempt_1"
     (chief_n, chief_w), (other_n, other_w) = (_backups_logged(attempt / f"worker-{i}.log") for i in (0, 1))
-    assert chief_n == other_n >= max(1, (STEPS - start) // 10 - 1), (start, chief_n, other_n)
+    assert chief_n == other_n >= (STEPS - start) // 10 - 1, (start, chief_n, other_n)
     assert (chief_w, other_w) == (chief_n, 0)
 
 

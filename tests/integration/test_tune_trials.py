@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -51,7 +50,7 @@ def test_interrupted_study_resumes_with_only_the_rest(mw_home, tmp_path):
     job = _job(tmp_path)
     env = {**os.environ, "MULTIWORKER_HOME": str(mw_home)}
     cmd = [sys.executable, "-m", "multiworker", "tune", str(job), "--config", str(tmp_path / "hp.yaml"), "--seed", "3",
-           "--", "--steps", "20", "--step-seconds", "0.4"]  # 8 s a trial: the SIGINT lands mid-trial under load
+           "--", "--steps", "3", "--hold-trial", "3"]  # trial 3 runs until the SIGINT, however slow the machine
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     seen = []
     try:
@@ -60,7 +59,6 @@ def test_interrupted_study_resumes_with_only_the_rest(mw_home, tmp_path):
             if line.startswith("trial 3 started"):
                 job_id = line.split("job ")[1].split()[0]
                 wait_for(lambda job_id=job_id: Store(mw_home).get_job(job_id).state == "Running", timeout=300)
-                time.sleep(0.5)  # trial 3 is mid-run
                 proc.send_signal(signal.SIGINT)
                 break
         out = "".join(seen) + proc.stdout.read()
