@@ -12,10 +12,13 @@ the injection syntax (KILL, TERM, STOP, PREEMPT=10s), so new kinds need no chang
 job gets a restart budget of 2K+2 (``run_policy.backoff_limit``, back-off 0.1 s) and
 ``run_policy.hang_timeout`` (``--hang-timeout``, 30s), so a STOP with no CONT is found as a hang.
 
-The trainer runs the example's own recipe (2 epochs of the full data) unless trainer args follow
-``--``: trained to convergence, so a clean run's own spread is below the tolerance. First
-``--clean-runs`` clean runs of each spec and backend (their spread is reported); their mean is the
-reference. After each job it checks: the job Succeeded; every injection's event says it was sent
+The trainer runs the example's own recipe (two passes over the data) cut into 8 epochs of a quarter
+pass each (``TRAINER``) unless trainer args follow ``--``: trained to convergence, so a clean run's
+own spread is below the tolerance; faults at least an epoch apart (``--faults-per-job`` 5 or fewer)
+fire at moments of their own even under ParameterServerStrategy, whose chief reports steps
+sparsely. The per-job JSON has each fault's firing time and ``moments``, how many separate moments
+they fired at. First ``--clean-runs`` clean runs of each spec and backend (their spread is
+reported); their mean is the reference. After each job it checks: the job Succeeded; every injection's event says it was sent
 (``InjectedFailure ... sent``, or ``Preempted``); its final test accuracy is within ``--tolerance``
 points of the reference; no process of the job is left (on either host), no network namespace
 ``mw-<job>``, no container labelled with the job, and no job record left Running in the store.
@@ -50,9 +53,14 @@ from multiworker.netns import netns_name  # noqa: E402
 from multiworker.procs import job_processes  # noqa: E402
 
 JOB = REPO / "examples" / "mnist" / "job.yaml"
-#: the example's own recipe (2 epochs of the full data, backups about every 2 s): trained to
-#: convergence, so that a clean run's own spread is below the tolerance
-TRAINER: list[str] = []
+#: the example's own recipe (two passes over the data, its one-cycle schedule over them, backups
+#: about every 2 s), trained to convergence so that a clean run's own spread is below the tolerance,
+#: cut into 8 epochs of a quarter pass each: under ParameterServerStrategy the chief's step reports
+#: are sparse (in the first epoch of an attempt often none before the epoch ends), a step trigger
+#: fires at the next report, and faults an epoch apart or more fire at moments of their own. Global
+#: batch: 128 (mwms: 64 a worker), 64 (all: ParameterServerStrategy's coordinator batch).
+TRAINER = {"mwms": ["--epochs", "8", "--steps-per-epoch", "118"],
+           "all": ["--epochs", "8", "--steps-per-epoch", "235"]}
 ALL_ROLES = ("pools.chief.replicas=1", "pools.worker.replicas=2", "pools.ps.replicas=1",
              "pools.evaluator.replicas=1")
 SPECS = ("all", "mwms")
@@ -157,19 +165,28 @@ def _containers(job_id: str) -> list[str]:
     return []
 
 
-def _fired(events: list[dict], injection: str) -> bool:
-    """The injection's event says it was sent: ``InjectedFailure ... sent`` or, for a PREEMPT, ``Preempted``."""
+def _fired_at(events: list[dict], injection: str) -> float | None:
+    """When the injection's event says it was sent (``InjectedFailure ... sent`` or, for a PREEMPT,
+    ``Preempted``); None if it never was."""
     key = str(parse_injection(injection))
     for e in events:
         message = e.get("message") or ""
         if not message.startswith(f"{key}:"):
             continue
         if e["reason"] == "Preempted" or (e["reason"] == "InjectedFailure" and ": sent " in message):
-            return True
-    return False
+            return float(e["ts"])
+    return None
 
 
-def run_job(backend, home: Path, spec: str, trainer: list[str], injections: list[str], hang_timeout: str) -> dict:
+def _moments(times: list[float], gap: float = 1.0) -> int:
+    """How many separate moments the faults fired at (those less than ``gap`` seconds apart are one)."""
+    times = sorted(times)
+    return sum(1 for i, t in enumerate(times) if i == 0 or t - times[i - 1] >= gap)
+
+
+def run_job(backend, home: Path, spec: str, trainer: list[str] | None, injections: list[str],
+            hang_timeout: str) -> dict:
+    trainer = TRAINER[spec] if trainer is None else trainer
     sets = [] if spec == "mwms" else [a for s in backend.all_roles for a in ("--set", s)]
     # a restart per fault and some to spare (a fault may stop a group twice: the replica, then its peers)
     policy = {"backoff": "0.1s", "backoff_limit": 2 * len(injections) + 2}
@@ -194,16 +211,20 @@ def run_job(backend, home: Path, spec: str, trainer: list[str], injections: list
     metrics = json.loads(metrics_file.read_text()) if metrics_file.is_file() else {}
     events = store.events(job.id)
     running = [j.id for j in store.list_jobs() if not j.is_terminal]
+    fired = {inj: _fired_at(events, inj) for inj in injections}
+    started = min((float(e["ts"]) for e in events), default=0.0)
     return {"job": job.id, "state": job.state.value, "exit": exit_code, "restarts": job.restarts,
             "wall_seconds": round(wall, 1), "load_before": round(load, 1), "load_after": round(os.getloadavg()[0], 1),
             "accuracy": metrics.get("test_accuracy"),
             "steps": metrics["steps_per_epoch"] * metrics["epochs"] if "steps_per_epoch" in metrics else None,
-            "fired": {inj: _fired(events, inj) for inj in injections},
+            "fired": {inj: t is not None for inj, t in fired.items()},
+            "fired_at_seconds": {inj: round(t - started, 1) for inj, t in fired.items() if t is not None},
+            "moments": _moments([t for t in fired.values() if t is not None]),
             "hangs": sum(e["reason"] == "Hung" for e in events),
             "leftovers": backend.leftovers(job.id), "records_running": running, "tail": tail}
 
 
-def soak(backend, jobs: list[dict], trainer: list[str], tolerance: float, clean_runs: int,
+def soak(backend, jobs: list[dict], trainer: list[str] | None, tolerance: float, clean_runs: int,
          hang_timeout: str) -> dict:
     clean: dict[str, list[dict]] = {}
     for spec in sorted({j["spec"] for j in jobs}):
@@ -244,6 +265,7 @@ def soak(backend, jobs: list[dict], trainer: list[str], tolerance: float, clean_
             "clean_spread_points": {spec: _spread(a) for spec, a in accuracies.items()},
             "jobs": results, "faults": sum(len(r["faults"]) for r in results),
             "fired": sum(sum(r["fired"].values()) for r in results),
+            "moments": sum(r["moments"] for r in results),
             "succeeded": sum(r["state"] == "Succeeded" for r in results),
             "within_tolerance": sum(r["accuracy_delta_points"] is not None
                                     and abs(r["accuracy_delta_points"]) <= tolerance for r in results),
@@ -262,8 +284,9 @@ def _spread(values: list) -> float | None:
 
 
 def table(reports: list[dict], tolerance: float) -> str:
-    lines = [f"| backend | faults (fired) | jobs | roles x kinds | jobs Succeeded | accuracy within ±{tolerance:g} pt "
-             "| max abs delta (pt) | clean spread (pt) | jobs with leftovers | records left Running |",
+    lines = [f"| backend | faults (fired, at separate moments) | jobs | roles x kinds | jobs Succeeded | accuracy "
+             f"within ±{tolerance:g} pt | max abs delta (pt) | clean spread (pt) | jobs with leftovers | "
+             "records left Running |",
              "|---|---|---|---|---|---|---|---|---|---|"]
     for r in reports:
         n = len(r["jobs"])
@@ -271,7 +294,7 @@ def table(reports: list[dict], tolerance: float) -> str:
         pairs = len({(f["role"], f["kind"]) for f in faults})
         deltas = [abs(j["accuracy_delta_points"]) for j in r["jobs"] if j["accuracy_delta_points"] is not None]
         spread = ", ".join(f"{s} {v}" for s, v in r["clean_spread_points"].items())
-        lines.append(f"| {r['backend']} | {r['faults']} ({r['fired']}) | {n} | {pairs} pairs | {r['succeeded']}/{n} | "
+        lines.append(f"| {r['backend']} | {r['faults']} ({r['fired']}, {r['moments']}) | {n} | {pairs} pairs | {r['succeeded']}/{n} | "
                      f"{r['within_tolerance']}/{n} | {max(deltas) if deltas else '-'} | {spread} | {r['leftovers']} | "
                      f"{r['records_running']} |")
     return "\n".join(lines)
@@ -290,7 +313,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--clean-runs", type=int, default=2, help="clean runs per spec and backend (default 2)")
     parser.add_argument("--tolerance", type=float, default=0.5, help="accuracy points from the clean mean (0.5)")
     args = parser.parse_args(argv)
-    trainer = extra or TRAINER
+    trainer = extra or None  # None: TRAINER, per spec
     reports = []
     for name in args.backend:
         backend = Local() if name == "local" else Ray()
@@ -299,7 +322,7 @@ def main(argv: list[str]) -> int:
             reports.append(soak(backend, jobs, trainer, args.tolerance, args.clean_runs, args.hang_timeout))
         finally:
             backend.close()
-    print(json.dumps({"command": "python bench/soak.py " + " ".join(sys.argv[1:]), "trainer_args": trainer,
+    print(json.dumps({"command": "python bench/soak.py " + " ".join(sys.argv[1:]), "trainer_args": trainer or TRAINER,
                       "date": time.strftime("%Y-%m-%d"), "host": os.uname().nodename, "cpus": os.cpu_count(),
                       "reports": reports}, indent=2))
     print(table(reports, args.tolerance))
