@@ -197,3 +197,15 @@ def test_a_save_leaves_a_live_writers_temporary_copy_alone(tmp_path):
     other.mkdir()
     save_model(QuickModel(), ctx=ctx)
     assert siblings(ctx.model_dir) == ["model", other.name]
+
+
+def test_server_sigterm_exit_code_says_whether_training_was_done(tmp_path):
+    """A ps (or a worker under ParameterServerStrategy) stopped mid-training exits 143, a failure
+    the restart policy replaces; stopped after the chief's TRAINING_DONE, 0."""
+    from multiworker.trainer._server import sigterm_exit_code
+
+    ps = context({"MULTIWORKER_JOB_ID": "j1", "TF_CONFIG": json.dumps(
+        {"cluster": {"chief": ["h:0"], "ps": ["h:1"]}, "task": {"type": "ps", "index": 0}})}, output_dir=str(tmp_path))
+    assert sigterm_exit_code(ps, started=time.time()) == 143
+    mark_training_done(context({"MULTIWORKER_JOB_ID": "j1"}, output_dir=str(tmp_path)))
+    assert sigterm_exit_code(ps, started=time.time()) == 0
