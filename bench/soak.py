@@ -139,6 +139,9 @@ class Ray:
         if reason:
             raise SystemExit(f"--backend ray: {reason}")
         self.ray_env = RAY_ENV
+        # the Ray nodes start the replicas, in directories of their own: an absolute path makes them
+        # import this checkout's multiworker (a relative PYTHONPATH=src would fall back to the installed one)
+        os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), os.environ.get("PYTHONPATH", "")])
         self.cluster = TwoHostRay()
         self.cluster.start()
 
