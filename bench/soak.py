@@ -233,9 +233,12 @@ def soak(backend, jobs: list[dict], trainer: list[str] | None, tolerance: float,
     for spec in sorted({j["spec"] for j in jobs}):
         clean[spec] = []
         for _ in range(clean_runs):
-            run = run_job(backend, Path(tempfile.mkdtemp(prefix="mw-soak-")), spec, trainer, [], hang_timeout)
+            home = Path(tempfile.mkdtemp(prefix="mw-soak-"))
+            run = run_job(backend, home, spec, trainer, [], hang_timeout)
             clean[spec].append(run)
             print(f"[{backend.name}] clean {spec}: {json.dumps(run)}", file=sys.stderr, flush=True)
+            if run["state"] == "Succeeded" and not run["leftovers"]:
+                shutil.rmtree(home, ignore_errors=True)
     reference = {spec: _mean([r["accuracy"] for r in runs]) for spec, runs in clean.items()}
     steps = {spec: next((r["steps"] for r in runs if r["steps"]), None) for spec, runs in clean.items()}
     results = []
