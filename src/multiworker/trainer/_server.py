@@ -4,10 +4,10 @@ Such a replica has no training loop of its own: the chief, as coordinator, sends
 serves until it is told to stop (SIGTERM, as TFJob and Vertex AI stop replicas) or until it sees
 that the job is over: the chief has written TRAINING_DONE and its port has closed. Waiting for the
 port as well keeps parameter servers up while the chief still saves the model, which reads the
-variables they hold. A SIGTERM after training exits 0 (the servers of a finished job); before it,
-143 as if the signal had killed it: a preemption mid-training is a failure for the restart
-policy, not a replica that finished (the job would go on short of a worker, or wait forever
-without its only one).
+variables they hold. A SIGTERM after training (or once the chief is gone) exits 0: the servers
+of a finished job; while the chief trains, 143 as if the signal had killed it: a preemption
+mid-training is a failure for the restart policy, not a replica that finished (the job would go
+on short of a worker, or wait forever without its only one).
 """
 
 from __future__ import annotations
@@ -46,9 +46,25 @@ def _exit(code: int, why: str) -> NoReturn:
     os._exit(code)  # the gRPC server has no clean shutdown; skip interpreter teardown
 
 
+def _refused(address: str, timeout: float = 2.0) -> bool:
+    """Nothing listens at ``address`` any more (refused at once; a slow or unreachable host is not known gone)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
 def sigterm_exit_code(ctx: Context, started: float) -> int:
-    """The exit code for a SIGTERM: 0 once this job's training is done, else 128 + SIGTERM."""
-    return 0 if training_done(ctx, since=started - 60) is not None else 128 + signal.SIGTERM
+    """The exit code for a SIGTERM: 0 once the job is over (this job's TRAINING_DONE, or the chief
+    gone: a trainer of its own may write no marker), else 128 + SIGTERM."""
+    if training_done(ctx, since=started - 60) is not None:
+        return 0
+    chief = (ctx.cluster.get("chief") or [None])[0]
+    return 0 if chief is not None and _refused(chief) else 128 + signal.SIGTERM
 
 
 def serve_forever(ctx: Context) -> NoReturn:
