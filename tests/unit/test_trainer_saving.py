@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 
 import pytest
@@ -197,3 +198,28 @@ def test_a_save_leaves_a_live_writers_temporary_copy_alone(tmp_path):
     other.mkdir()
     save_model(QuickModel(), ctx=ctx)
     assert siblings(ctx.model_dir) == ["model", other.name]
+
+
+def test_server_sigterm_exit_code_says_whether_training_was_done(tmp_path):
+    """A ps (or a worker under ParameterServerStrategy) stopped while the chief trains exits 143, a
+    failure the restart policy replaces; once the chief is gone or has written TRAINING_DONE, 0."""
+    from multiworker.trainer._server import sigterm_exit_code
+
+    def ps_with_chief_at(chief: str):
+        return context({"MULTIWORKER_JOB_ID": "j1", "TF_CONFIG": json.dumps(
+            {"cluster": {"chief": [chief], "ps": ["127.0.0.1:1"]}, "task": {"type": "ps", "index": 0}})},
+            output_dir=str(tmp_path))
+
+    with socket.socket() as chief:  # the chief, alive and listening: training goes on
+        chief.bind(("127.0.0.1", 0))
+        chief.listen()
+        alive = f"127.0.0.1:{chief.getsockname()[1]}"
+        assert sigterm_exit_code(ps_with_chief_at(alive), started=time.time()) == 143
+    # the chief gone (its port refuses): the job is over, whatever the trainer wrote
+    assert sigterm_exit_code(ps_with_chief_at(alive), started=time.time()) == 0
+    with socket.socket() as chief:
+        chief.bind(("127.0.0.1", 0))
+        chief.listen()
+        ps = ps_with_chief_at(f"127.0.0.1:{chief.getsockname()[1]}")
+        mark_training_done(context({"MULTIWORKER_JOB_ID": "j1"}, output_dir=str(tmp_path)))
+        assert sigterm_exit_code(ps, started=time.time()) == 0

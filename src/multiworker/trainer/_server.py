@@ -1,10 +1,13 @@
 """The tf.distribute.Server that ps replicas (and workers under ParameterServerStrategy) run.
 
 Such a replica has no training loop of its own: the chief, as coordinator, sends it work. It
-serves until it is told to stop (SIGTERM, as TFJob and Vertex AI stop replicas; exit code 0)
-or until it sees that the job is over: the chief has written TRAINING_DONE and its port has
-closed. Waiting for the port as well keeps parameter servers up while the chief still saves the
-model, which reads the variables they hold.
+serves until it is told to stop (SIGTERM, as TFJob and Vertex AI stop replicas) or until it sees
+that the job is over: the chief has written TRAINING_DONE and its port has closed. Waiting for the
+port as well keeps parameter servers up while the chief still saves the model, which reads the
+variables they hold. A SIGTERM after training (or once the chief is gone) exits 0: the servers
+of a finished job; while the chief trains, 143 as if the signal had killed it: a preemption
+mid-training is a failure for the restart policy, not a replica that finished (the job would go
+on short of a worker, or wait forever without its only one).
 """
 
 from __future__ import annotations
@@ -43,6 +46,27 @@ def _exit(code: int, why: str) -> NoReturn:
     os._exit(code)  # the gRPC server has no clean shutdown; skip interpreter teardown
 
 
+def _refused(address: str, timeout: float = 2.0) -> bool:
+    """Nothing listens at ``address`` any more (refused at once; a slow or unreachable host is not known gone)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+            return False
+    except ConnectionRefusedError:
+        return True
+    except (OSError, ValueError):
+        return False
+
+
+def sigterm_exit_code(ctx: Context, started: float) -> int:
+    """The exit code for a SIGTERM: 0 once the job is over (this job's TRAINING_DONE, or the chief
+    gone: a trainer of its own may write no marker), else 128 + SIGTERM."""
+    if training_done(ctx, since=started - 60) is not None:
+        return 0
+    chief = (ctx.cluster.get("chief") or [None])[0]
+    return 0 if chief is not None and _refused(chief) else 128 + signal.SIGTERM
+
+
 def serve_forever(ctx: Context) -> NoReturn:
     """Start this replica's server and block until the job is over; never returns."""
     import tensorflow as tf
@@ -56,7 +80,7 @@ def serve_forever(ctx: Context) -> NoReturn:
                                   task_index=ctx.task_index, protocol=resolver.rpc_layer or "grpc",
                                   config=config, start=True)
     logger.info("%s serving at %s", ctx.name, server.target)
-    signal.signal(signal.SIGTERM, lambda *_: _exit(0, "SIGTERM"))
+    signal.signal(signal.SIGTERM, lambda *_: _exit(sigterm_exit_code(ctx, started), "SIGTERM"))
     chief = (ctx.cluster.get("chief") or [None])[0]
     chief_seen = False
     while True:
