@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -11,6 +12,12 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 PROGRAMS = FIXTURES / "programs"
+
+# A suite started in the background by a non-interactive shell (`make test &`, nohup, some CI
+# runners) inherits SIGINT ignored, and so would every command it starts, while the tests that send
+# SIGINT expect what a terminal gives. A handler here is reset to the default in each child's exec.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
