@@ -1,5 +1,5 @@
-"""Faults around a running job: output floods before the last metric line, and a second Ctrl-C while
-replicas ignore SIGTERM."""
+"""Faults around a running job: output floods before the last metric line, a second Ctrl-C while
+replicas ignore SIGTERM, and a console reader that goes away."""
 
 from __future__ import annotations
 
@@ -91,3 +91,23 @@ def test_second_ctrl_c_kills_every_replica_at_once(tmp_path, mw_home):
         assert status(mw_home)["state"] == "Cancelled"
         assert no_processes_left(job.id)
         assert not _grace_events(mw_home, job)  # the user cut the grace period: nothing to explain
+
+
+def test_a_reader_that_goes_away_does_not_end_the_job(tmp_path, mw_home):
+    """`run ... | head`: once the pipe's reader is gone the console falls silent and the job trains
+    on to its end (it used to die of the broken pipe, recorded Failed: "supervisor error: SystemExit(1)")."""
+    from helpers import fake_spec
+
+    spec = fake_spec(tmp_path, "{worker: {replicas: 2}}")
+    launcher = mw_popen("run", str(spec), "--", "--epochs", "30", "--epoch-seconds", "0.2", home=mw_home)
+    try:
+        assert launcher.stdout.readline()  # the job started and printed
+        launcher.stdout.close()  # the reader goes away, as `head` does
+        assert launcher.wait(timeout=600) == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+    doc = status(mw_home)
+    assert doc["state"] == "Succeeded" and doc["epoch"] == 30, doc
+    assert no_processes_left(doc["id"])

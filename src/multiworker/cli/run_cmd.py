@@ -110,9 +110,9 @@ def run_loaded(loaded, *, trainer_args: list[str], inject_failures: list[str], d
     from multiworker.faults import check_injections, parse_injection
     from multiworker.job import Store
     from multiworker.jobs import create_job
-    from multiworker.monitor.console import ConsoleObserver
+    from multiworker.monitor.console import ConsoleObserver, run_console
 
-    console = Console(highlight=False, soft_wrap=True, emoji=False)
+    console = run_console()
     check_injections(loaded.spec, [parse_injection(t) for t in inject_failures])  # before the store is touched
     for note in loaded.notes:
         console.print(f"[yellow]note:[/yellow] {note}")

@@ -3,6 +3,7 @@ events, and the final summary."""
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 
@@ -12,7 +13,7 @@ from rich.markup import escape
 from multiworker.job.observer import Observer
 from multiworker.monitor.format import fmt_metrics, format_progress
 
-__all__ = ["ConsoleObserver", "format_progress", "is_startup_noise"]
+__all__ = ["ConsoleObserver", "format_progress", "is_startup_noise", "run_console"]
 
 _COLORS = {"chief": "magenta", "worker": "cyan", "ps": "yellow", "evaluator": "green"}
 # TensorFlow's C++ INFO/WARNING log lines and start-up banners: kept in the log files, hidden on
@@ -55,6 +56,22 @@ class _Noise:
         return False
 
 
+class _RunConsole(Console):
+    """A console whose reader may go away (``run ... | head``, a closed pipe): it falls silent, and the
+    job goes on to its end, recorded and logged as ever, instead of the launcher dying with it."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # later writes of anyone in this process go nowhere
+        os.close(devnull)
+
+
+def run_console() -> Console:
+    """The console of a foreground run."""
+    return _RunConsole(highlight=False, soft_wrap=True, emoji=False)
+
+
 class ConsoleObserver(Observer):
     """Prints to the terminal; ``quiet`` hides the replicas' own output; library INFO lines and
     TensorFlow's start-up noise show only when ``verbose``."""
@@ -63,7 +80,7 @@ class ConsoleObserver(Observer):
                  defer_end: bool = False):
         self.quiet = quiet
         self.verbose = verbose
-        self.console = console or Console(stderr=False, highlight=False, soft_wrap=True, emoji=False)
+        self.console = console or run_console()
         self._noise = _Noise()
         self.finished: tuple[str, str] | None = None  # (state, message) once the job ended
         self.defer_end = defer_end  # the caller prints the end with print_end() (or leaves it to an error line)
