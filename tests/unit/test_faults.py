@@ -74,5 +74,8 @@ def test_the_summary_notes_injections_that_proved_nothing():
               {"reason": "InjectedFailure", "message": "worker-1@epoch:2:KILL: sent SIGKILL ...; the last epoch (2) had "
                                                        "finished, so this tests no recovery"},
               {"reason": "InjectionNotFired", "message": "worker-0@step:9999:KILL: never fired, the job ended first"},
+              {"reason": "Preempted", "message": "ps-0@epoch:2:PREEMPT=10s: SIGTERM to ps-0 ...; the last epoch (2) "
+                                                 "had finished, so this tests no recovery"},
+              {"reason": "Preempted", "message": "ps-0@step:5:PREEMPT=10s: SIGTERM to ps-0 (pid 7) at step 5"},
               {"reason": "Restarting", "message": "last epoch"}]
-    assert [n.split(":")[0] for n in injection_notes(events)] == ["worker-1@epoch", "worker-0@step"]
+    assert [n.split(":")[0] for n in injection_notes(events)] == ["worker-1@epoch", "worker-0@step", "ps-0@epoch"]

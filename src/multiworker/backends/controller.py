@@ -347,10 +347,10 @@ class GroupController:
                 self._event("InjectedFailure", f"{inj}: {inj.replica} was not running; nothing killed",
                             replica=inj.replica.name, warning=True)
                 continue
-            if inj.notice is not None:
-                self._preempted(inj, rep)
-                continue
             late = f"; {self.injector.advice(inj)}" if self.injector.training_done() else ""
+            if inj.notice is not None:
+                self._preempted(inj, rep, late)
+                continue
             self._event("InjectedFailure", f"{inj}: sent {inj.signal_name} to {inj.replica} (pid {rep.pid}) "
                         f"{now - self._first_attempt_started:.1f}s after the first attempt started{late}",
                         replica=inj.replica.name, warning=True)
@@ -380,7 +380,7 @@ class GroupController:
                 return
             time.sleep(self.poll_interval)
 
-    def _preempted(self, inj: Injection, rep: _Replica) -> None:
+    def _preempted(self, inj: Injection, rep: _Replica, late: str = "") -> None:
         """SIGTERM sent (by ``_tick``): the SIGKILL follows when the notice is over."""
         assert inj.notice is not None
         step = self.steps.reached.get(self.attempt)
@@ -388,7 +388,7 @@ class GroupController:
         self._interrupted.setdefault(self.attempt, (f"preemption ({inj})", time.time(), step))
         at = f"at step {step}" if step is not None else "before any step was reported"
         self._event("Preempted", f"{inj}: SIGTERM to {inj.replica} (pid {rep.pid}) {at}; SIGKILL in "
-                    f"{inj.notice:g}s unless it has exited", replica=inj.replica.name, warning=True)
+                    f"{inj.notice:g}s unless it has exited{late}", replica=inj.replica.name, warning=True)
 
     def _kill_after_notice(self) -> None:
         now = time.monotonic()

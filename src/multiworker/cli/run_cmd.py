@@ -175,7 +175,8 @@ def _print_outcome(console: Console, store, job_id: str, state: str) -> None:
 def injection_notes(events: list[dict]) -> list[str]:
     """The summary's word on --inject-failure when it proved nothing: fired after training, or never."""
     return [e["message"] for e in events
-            if e["reason"] == "InjectionNotFired" or (e["reason"] == "InjectedFailure" and "last epoch" in e["message"])]
+            if e["reason"] == "InjectionNotFired"
+            or (e["reason"] in ("InjectedFailure", "Preempted") and "tests no recovery" in e["message"])]
 
 
 class _RunCommand(BackendCommand):
