@@ -232,9 +232,9 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
     rows: list[dict] = [{"mode": "in-process", "clients": 1, **in_process, "rows_per_call": 1.0},
                         {"mode": "in-process threads", "clients": 16, **threads_16, "rows_per_call": 1.0}]
     body = json.dumps({"instances": image.tolist()}).encode()
+    request = _predict_request(tf, image, input_name)
     try:
         url = info["url"] + ":predict"
-        request = _predict_request(tf, image, input_name)
         for api, target, target_args in (("REST", _rest_client, (url, body)),
                                           ("gRPC", _grpc_client, (info["grpc"], request))):
             for clients in (1, 16):
@@ -253,7 +253,6 @@ def run(model_dir: Path, image: np.ndarray, args) -> dict:
         proc, info = _start_server(model_dir, extra=("--batch-timeout", args.timeout_baseline))
         try:
             url = info["url"] + ":predict"
-            request = _predict_request(tf, image, input_name)
             for api, target, target_args in (("REST", _rest_client, (url, body)),
                                               ("gRPC", _grpc_client, (info["grpc"], request))):
                 rows.append(_phase(f"{api}, {mode}", 16, proc.pid, info, target, target_args, args.seconds))

@@ -8,21 +8,33 @@ goes through TensorFlow's general converters, which cost several times more per 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
 
+from multiworker.serve.signatures import numpy_dtype
+
 __all__ = ["to_ndarray", "fill"]
 
-#: DataType enum value -> numpy dtype, for the types whose tensor_content is the array's raw bytes
-_RAW = {1: "<f4", 2: "<f8", 3: "<i4", 4: "u1", 5: "<i2", 6: "i1", 9: "<i8", 10: "?", 17: "<u2", 22: "<u4", 23: "<u8"}
-_NUMPY = {k: np.dtype(v) for k, v in _RAW.items()}
-_ENUM = {dtype: enum for enum, dtype in _NUMPY.items()}
+#: the JSON API's types whose tensor_content TensorFlow reads as the array's raw bytes (not strings;
+#: float16 goes through TensorFlow, which writes it as half_val)
+_RAW_TYPES = ("DT_FLOAT", "DT_DOUBLE", "DT_INT8", "DT_INT16", "DT_INT32", "DT_INT64", "DT_UINT8", "DT_UINT16",
+              "DT_UINT32", "DT_UINT64", "DT_BOOL")
+
+
+@functools.cache
+def _tables() -> tuple[dict[int, np.dtype], dict[np.dtype, int]]:
+    """(DataType value -> little-endian numpy dtype, and back), from the serving dtype vocabulary."""
+    from tensorflow.core.framework import types_pb2
+
+    numpy = {types_pb2.DataType.Value(name): np.dtype(numpy_dtype(name)).newbyteorder("<") for name in _RAW_TYPES}
+    return numpy, {dtype: enum for enum, dtype in numpy.items()}
 
 
 def to_ndarray(proto) -> np.ndarray:
     """The proto's value as an array (read-only when it is a view of the proto's bytes)."""
-    dtype = _NUMPY.get(proto.dtype)
+    dtype = _tables()[0].get(proto.dtype)
     content = proto.tensor_content
     if dtype is None or not content:
         import tensorflow as tf
@@ -40,7 +52,7 @@ def fill(proto, array: np.ndarray) -> None:
     array = np.asarray(array)
     if array.dtype.byteorder == ">":  # TensorFlow would write its bytes unswapped
         array = array.astype(array.dtype.newbyteorder("<"))
-    enum = _ENUM.get(array.dtype)
+    enum = _tables()[1].get(array.dtype)
     if enum is None:
         import tensorflow as tf
 

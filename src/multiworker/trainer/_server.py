@@ -29,13 +29,17 @@ logger = logging.getLogger(__name__)
 POLL_SECONDS = 2.0
 
 
-def _port_open(address: str, timeout: float = 1.0) -> bool:
+def _probe(address: str, timeout: float = 1.0) -> bool | None:
+    """True: something listens at ``address``; False: refused at once, nothing listens any more;
+    None: not known (slow, unreachable, or not a host:port)."""
     host, _, port = address.rpartition(":")
     try:
         with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
             return True
-    except (OSError, ValueError):
+    except ConnectionRefusedError:
         return False
+    except (OSError, ValueError):
+        return None
 
 
 def _exit(code: int, why: str) -> NoReturn:
@@ -46,25 +50,13 @@ def _exit(code: int, why: str) -> NoReturn:
     os._exit(code)  # the gRPC server has no clean shutdown; skip interpreter teardown
 
 
-def _refused(address: str, timeout: float = 2.0) -> bool:
-    """Nothing listens at ``address`` any more (refused at once; a slow or unreachable host is not known gone)."""
-    host, _, port = address.rpartition(":")
-    try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
-            return False
-    except ConnectionRefusedError:
-        return True
-    except (OSError, ValueError):
-        return False
-
-
 def sigterm_exit_code(ctx: Context, started: float) -> int:
     """The exit code for a SIGTERM: 0 once the job is over (this job's TRAINING_DONE, or the chief
     gone: a trainer of its own may write no marker), else 128 + SIGTERM."""
     if training_done(ctx, since=started - 60) is not None:
         return 0
     chief = (ctx.cluster.get("chief") or [None])[0]
-    return 0 if chief is not None and _refused(chief) else 128 + signal.SIGTERM
+    return 0 if chief is not None and _probe(chief, timeout=2.0) is False else 128 + signal.SIGTERM
 
 
 def serve_forever(ctx: Context) -> NoReturn:
@@ -87,7 +79,7 @@ def serve_forever(ctx: Context) -> NoReturn:
         time.sleep(POLL_SECONDS)
         if chief is None:
             continue
-        if _port_open(chief):
+        if _probe(chief):
             chief_seen = True
         elif chief_seen and training_done(ctx, since=started - 60) is not None:
             _exit(0, "training done and the chief has exited")
