@@ -14,9 +14,8 @@ job gets a restart budget of 2K+2 (``run_policy.backoff_limit``, back-off 0.1 s)
 
 The trainer runs the example's own recipe (two passes over the data) cut into 8 epochs of a quarter
 pass each (``TRAINER``) unless trainer args follow ``--``: trained to convergence, so a clean run's
-own spread is below the tolerance; faults at least an epoch apart (``--faults-per-job`` 5 or fewer)
-fire at moments of their own even under ParameterServerStrategy, whose chief reports steps
-sparsely. The per-job JSON has each fault's firing time and ``moments``, how many separate moments
+own spread is below the tolerance, with faults at least an epoch apart (``--faults-per-job`` 5 or
+fewer), so that each attempt trains a while between them. The per-job JSON has each fault's firing time and ``moments``, how many separate moments
 they fired at. First ``--clean-runs`` clean runs of each spec and backend (their spread is
 reported); their mean is the reference. After each job it checks: the job Succeeded; every injection's event says it was sent
 (``InjectedFailure ... sent``, or ``Preempted``); its final test accuracy is within ``--tolerance``
@@ -55,10 +54,8 @@ from multiworker.procs import job_processes  # noqa: E402
 JOB = REPO / "examples" / "mnist" / "job.yaml"
 #: the example's own recipe (two passes over the data, its one-cycle schedule over them, backups
 #: about every 2 s), trained to convergence so that a clean run's own spread is below the tolerance,
-#: cut into 8 epochs of a quarter pass each: under ParameterServerStrategy the chief's step reports
-#: are sparse (in the first epoch of an attempt often none before the epoch ends), a step trigger
-#: fires at the next report, and faults an epoch apart or more fire at moments of their own. Global
-#: batch: 128 (mwms: 64 a worker), 64 (all: ParameterServerStrategy's coordinator batch).
+#: cut into 8 epochs of a quarter pass each, so that five faults sit an epoch apart. Global batch:
+#: 128 (mwms: 64 a worker), 64 (all: ParameterServerStrategy's coordinator batch).
 TRAINER = {"mwms": ["--epochs", "8", "--steps-per-epoch", "118"],
            "all": ["--epochs", "8", "--steps-per-epoch", "235"]}
 ALL_ROLES = ("pools.chief.replicas=1", "pools.worker.replicas=2", "pools.ps.replicas=1",

@@ -77,6 +77,73 @@ def test_progress_lines(job, capsys):
     assert progress[0] == {"kind": "progress", "epoch": 1, "epochs": 1, "step": 1, "steps": 4}
 
 
+def test_parameter_server_progress_is_the_steps_applied_not_scheduled(monkeypatch):
+    """Under ParameterServerStrategy the batch hooks run as steps are scheduled (a whole epoch in its
+    first seconds): progress is read from optimizer.iterations instead, only when it grew (a stalled
+    job stays quiet for hang detection), never between epochs, and a resumed epoch counts from its
+    first step."""
+    import threading
+    import types
+
+    import tensorflow as tf
+
+    from multiworker.trainer import _keras_callbacks
+    from multiworker.trainer._keras_callbacks import MetricsReporter, _AppliedSteps
+
+    lines: list[dict] = []
+    reads: list[int | None] = []
+    changed = threading.Condition()
+    read = _AppliedSteps._read
+
+    def record(into: list, value):
+        with changed:
+            into.append(value)
+            changed.notify_all()
+        return value
+
+    monkeypatch.setattr(_keras_callbacks, "emit", lambda kind, **fields: record(lines, {"kind": kind, **fields}))
+    monkeypatch.setattr(_AppliedSteps, "_read", lambda self: record(reads, read(self)))
+
+    def polls(n: int) -> None:  # wait until the thread has read n more times
+        target = len(reads) + n
+        with changed:
+            assert changed.wait_for(lambda: len(reads) >= target, timeout=300)
+
+    def wait_lines(n: int) -> None:
+        with changed:
+            assert changed.wait_for(lambda: len(lines) >= n, timeout=300), lines
+
+    iterations = tf.Variable(100, dtype=tf.int64)
+    model = types.SimpleNamespace(_cluster_coordinator=object(), optimizer=types.SimpleNamespace(iterations=iterations))
+    reporter = MetricsReporter(64, interval=0.01)
+    reporter.set_model(model)
+    reporter.set_params({"epochs": 2, "steps": 50, "verbose": 0})
+    reporter.on_train_begin()
+    reporter.on_epoch_begin(0)
+    for batch in range(50):  # the coordinator schedules the whole epoch
+        reporter.on_train_batch_begin(batch)
+        reporter.on_train_batch_end(batch)
+    polls(3)
+    assert lines == []  # scheduled, none applied yet
+    iterations.assign(120)
+    wait_lines(1)
+    polls(3)
+    assert lines == [{"kind": "progress", "epoch": 1, "epochs": 2, "step": 20, "steps": 50}]
+    iterations.assign(150)
+    reporter.on_epoch_end(0, {"loss": 0.5})
+    assert [m["kind"] for m in lines] == ["progress", "epoch"] and lines[1]["steps"] == 50
+
+    reporter.on_epoch_begin(1)
+    reporter.on_train_batch_begin(30)  # resumed from a backup taken after step 30
+    iterations.assign(160)
+    wait_lines(3)  # the steps between the epochs belong to neither
+    assert lines[2] == {"kind": "progress", "epoch": 2, "epochs": 2, "step": 40, "steps": 50}
+    thread = reporter._applied._thread
+    reporter.on_train_end()
+    thread.join(timeout=300)
+    assert not thread.is_alive()
+
+
 def test_backup_and_restore_resumes(job, capsys):
     import tf_keras as keras
 

@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -25,6 +26,12 @@ class MetricsReporter(keras.callbacks.Callback):
     images_per_sec is ``global_batch_size * steps run / epoch seconds``; it is left out when
     the global batch size is not given. An epoch resumed from a mid-epoch backup says at which
     step it started (``start_step``, 0-based; absent when 0).
+
+    Under ParameterServerStrategy the batch hooks run as the coordinator *schedules* steps, often
+    a whole epoch's within the first seconds, and the epoch then waits for them: there progress is
+    read every ``interval`` seconds from a thread, as the optimizer steps the parameter servers
+    have applied (``optimizer.iterations``), so that ``step:N`` faults and the console follow
+    training itself.
     """
 
     def __init__(self, global_batch_size: int | None = None, *, interval: float = 2.0):
@@ -39,16 +46,23 @@ class MetricsReporter(keras.callbacks.Callback):
         self._first_batch: int | None = None
         self._epoch_start = 0.0
         self._last_progress = 0.0
+        self._applied = _AppliedSteps(self)
 
     def on_train_begin(self, logs: Any = None) -> None:
         self._epochs = self.params.get("epochs")
         self._steps = self.params.get("steps")
+        if getattr(self.model, "_cluster_coordinator", None) is not None:
+            self._applied.start()
+
+    def on_train_end(self, logs: Any = None) -> None:
+        self._applied.stop()
 
     def on_epoch_begin(self, epoch: int, logs: Any = None) -> None:
         self._epoch = epoch
         self._batches = 0
         self._first_batch = None
         self._epoch_start = self._last_progress = time.monotonic()
+        self._applied.epoch_begins()
 
     def on_train_batch_begin(self, batch: int, logs: Any = None) -> None:
         if self._first_batch is None:
@@ -57,12 +71,15 @@ class MetricsReporter(keras.callbacks.Callback):
     def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
         self._batches = batch + 1
         now = time.monotonic()
-        if now - self._last_progress >= self.interval:
+        if not self._applied.running and now - self._last_progress >= self.interval:
             self._last_progress = now
-            emit("progress", epoch=self._epoch + 1, epochs=self._epochs,
-                 step=self._batches, steps=self._steps)
+            self._progress(self._batches)
+
+    def _progress(self, step: int) -> None:
+        emit("progress", epoch=self._epoch + 1, epochs=self._epochs, step=step, steps=self._steps)
 
     def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
+        self._applied.epoch_ends()
         seconds = time.monotonic() - self._epoch_start
         fields = {k: _scalar(v) for k, v in (logs or {}).items()}
         start = self._first_batch or 0
@@ -72,6 +89,75 @@ class MetricsReporter(keras.callbacks.Callback):
             fields["images_per_sec"] = round(self.global_batch_size * (self._batches - start) / seconds, 1)
         emit("epoch", **fields, epoch=epoch + 1, epochs=self._epochs, steps=self._batches,
              seconds=round(seconds, 3))
+
+
+class _AppliedSteps:
+    """A MetricsReporter's progress under ParameterServerStrategy: a daemon thread that reads
+    ``optimizer.iterations`` every ``interval`` seconds while an epoch runs and reports the steps
+    applied in it (plus the step a resumed epoch started at), only when it has grown: any output
+    counts as advancing for hang detection (:mod:`multiworker.hangs`), so a stalled job must stay
+    quiet. A read that fails (a parameter server gone) reports nothing; the launcher sees the
+    failure elsewhere. A read that blocks (a stopped parameter server) holds no lock, so the
+    epoch's own hooks never wait for it."""
+
+    def __init__(self, reporter: MetricsReporter):
+        self._reporter = reporter
+        self._lock = threading.Lock()
+        # (epoch, iterations when it began) while an epoch runs; None between epochs
+        self._base: tuple[int, int | None] | None = None
+        self._reported: int | None = None  # iterations at the last report (or the epoch's start)
+        self._stopped = threading.Event()  # a new one for each thread
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    def start(self) -> None:
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(self._stopped,), name="multiworker-applied-steps",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        self._thread = None
+        with self._lock:
+            self._base = None
+
+    def epoch_begins(self) -> None:
+        if self.running:
+            base = self._read()  # the last epoch was joined: no steps are in flight
+            with self._lock:
+                self._base, self._reported = (self._reporter._epoch, base), base
+
+    def epoch_ends(self) -> None:
+        with self._lock:  # no progress line of this epoch after its epoch line
+            self._base = None
+
+    def _read(self) -> int | None:
+        iterations = getattr(getattr(self._reporter.model, "optimizer", None), "iterations", None)
+        try:
+            return None if iterations is None else int(iterations.numpy())
+        except Exception as exc:  # noqa: BLE001  (a parameter server gone: no report this time)
+            logger.debug("applied steps not read: %s", exc)
+            return None
+
+    def _run(self, stopped: threading.Event) -> None:
+        reporter = self._reporter
+        while not stopped.wait(reporter.interval):
+            with self._lock:
+                base = self._base
+            if base is None or base[1] is None:
+                continue
+            applied = self._read()
+            with self._lock:
+                if (applied is None or self._base is not base or stopped.is_set()
+                        or applied <= (self._reported or 0)):
+                    continue
+                self._reported = applied
+                step = (reporter._first_batch or 0) + applied - base[1]
+                reporter._progress(min(step, reporter._steps) if reporter._steps else step)
 
 
 def _scalar(value: Any) -> Any:
