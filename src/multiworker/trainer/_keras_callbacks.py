@@ -13,6 +13,7 @@ from typing import Any
 import tensorflow as tf
 import tf_keras as keras
 
+from multiworker.trainer._backup import _applied_steps
 from multiworker.trainer._report import emit
 
 logger = logging.getLogger(__name__)
@@ -136,9 +137,8 @@ class _AppliedSteps:
             self._base = None
 
     def _read(self) -> int | None:
-        iterations = getattr(getattr(self._reporter.model, "optimizer", None), "iterations", None)
         try:
-            return None if iterations is None else int(iterations.numpy())
+            return _applied_steps(self._reporter.model)
         except Exception as exc:  # noqa: BLE001  (a parameter server gone: no report this time)
             logger.debug("applied steps not read: %s", exc)
             return None
