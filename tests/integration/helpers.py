@@ -115,3 +115,17 @@ def epochs_by_attempt(home: Path, job_id: str, replica: str = "worker-0") -> tup
     epochs = [(m["attempt"], m["data"]["epoch"]) for m in Store(home).metrics(job_id, "epoch")
               if m["replica"] == replica]
     return [e for a, e in epochs if a == 0], [e for a, e in epochs if a == 1]
+
+
+def assert_resumed(home: Path, doc: dict, epochs: int) -> tuple[list[int], list[int]]:
+    """Attempt 1 of a job killed once resumed after the last epoch attempt 0 backed up, and ran the rest.
+
+    Its first epoch (``first_epoch`` in the trainer's metrics.json) follows attempt 0's last recorded
+    epoch, or the one after it: a group stopped after an epoch's backup but before its metric line
+    (the epoch's checkpoint is saved between them, and it needs every worker) resumes past an epoch
+    it never reported. Never from scratch, never skipping an epoch. Returns the epochs by attempt."""
+    before, after = epochs_by_attempt(home, doc["id"])
+    first = json.loads((Path(doc["output_dir"]) / "metrics.json").read_text())["first_epoch"]
+    assert before and max(before) + 1 <= first <= max(before) + 2, (before, after, first)
+    assert after == list(range(first, epochs + 1)), (before, after, first)
+    return before, after

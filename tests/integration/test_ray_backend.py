@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import REPO, epochs_by_attempt, no_processes_left, wait_for
+from helpers import REPO, assert_resumed, no_processes_left, wait_for
 from ray_netns import HEAD_IP, NODE_IP, RAY_ENV, TwoHostRay, unavailable_reason
 
 from multiworker.job import Store
@@ -109,8 +109,7 @@ def test_sigkill_on_second_host_restarts_group_and_resumes(cluster, mw_home):
     assert proc.returncode == 0, out[-4000:]
     doc = _status(mw_home)
     assert doc["state"] == "Succeeded" and doc["restarts"] == 1
-    before, after = epochs_by_attempt(mw_home, doc["id"])
-    assert before and after and after[0] == max(before) + 1 and after[-1] == 6, (before, after)
+    assert_resumed(mw_home, doc, 6)
     assert no_processes_left(doc["id"])
 
 
