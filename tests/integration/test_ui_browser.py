@@ -90,7 +90,10 @@ def test_job_page_follows_logs_across_a_restart_and_draws_the_stored_curves(serv
     js_wait(browser, "document.getElementById('log-state').textContent.startsWith('ended')")
     assert '"epoch": 8' in browser.execute_script(f"return {log}")
     # the curves drawn are the store's epoch metrics (latest value of each epoch, per replica)
-    js_wait(browser, "window.mwCharts.loss && window.mwCharts.loss.data[0].length === 8")
+    # every replica's epoch 8 is drawn: the series poll that saw one replica's may have come before
+    # the other's was stored, and the next one (every 3 s until the job ends) draws it
+    js_wait(browser, "window.mwCharts.loss && window.mwCharts.loss.data[0].length === 8"
+                     " && window.mwCharts.loss.data.slice(1).every(c => c[7] != null)")
     drawn = browser.execute_script(
         "const u = window.mwCharts.loss; return {labels: u.series.slice(1).map(s => s.label), data: u.data}")
     store = Store(home)
