@@ -104,9 +104,8 @@ class _AppliedSteps:
     def __init__(self, reporter: MetricsReporter):
         self._reporter = reporter
         self._lock = threading.Lock()
-        # (epoch, iterations when it began) while an epoch runs; None between epochs
-        self._base: tuple[int, int | None] | None = None
-        self._reported: int | None = None  # iterations at the last report (or the epoch's start)
+        self._base: int | None = None  # iterations when the running epoch began; None between epochs
+        self._reported = 0  # iterations at the last report (or the epoch's start)
         self._stopped = threading.Event()  # a new one for each thread
         self._thread: threading.Thread | None = None
 
@@ -130,7 +129,7 @@ class _AppliedSteps:
         if self.running:
             base = self._read()  # the last epoch was joined: no steps are in flight
             with self._lock:
-                self._base, self._reported = (self._reporter._epoch, base), base
+                self._base, self._reported = base, base or 0
 
     def epoch_ends(self) -> None:
         with self._lock:  # no progress line of this epoch after its epoch line
@@ -148,15 +147,14 @@ class _AppliedSteps:
         while not stopped.wait(reporter.interval):
             with self._lock:
                 base = self._base
-            if base is None or base[1] is None:
+            if base is None:
                 continue
             applied = self._read()
-            with self._lock:
-                if (applied is None or self._base is not base or stopped.is_set()
-                        or applied <= (self._reported or 0)):
+            with self._lock:  # the epoch may have ended (or another begun) during the read
+                if applied is None or self._base != base or stopped.is_set() or applied <= self._reported:
                     continue
                 self._reported = applied
-                step = (reporter._first_batch or 0) + applied - base[1]
+                step = (reporter._first_batch or 0) + applied - base
                 reporter._progress(min(step, reporter._steps) if reporter._steps else step)
 
 
